@@ -1,0 +1,204 @@
+"""berth's configuration: berth.toml, then BERTH_CONFIG_JSON merged over it.
+
+Nothing here runs at import. `load()` is called once by the CLI and the frozen result is passed
+down; no other module reads the environment for settings. Unknown keys are an error naming the
+key. Durations are seconds and may be fractional, so tests run with short ones.
+"""
+
+import ipaddress
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from service.core.errors import Invalid
+from service.core.placement import PoolSpec
+
+
+class Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """Every section is strict and immutable."""
+
+
+class Database(Section):
+    url: str = ""  # empty: embedded Postgres under $BERTH_HOME/postgres
+
+
+class TLSFiles(Section):
+    cert: str
+    key: str
+
+
+class Rule(Section):
+    when: dict[str, str]
+    caller: Literal["human", "service", "worker"] = "human"
+    role: Literal["admin", "operator", "member", "viewer", "worker"] | None = None
+    tenants: list[str] = msgspec.field(default_factory=list)
+    tenants_from: str = ""  # a claim whose values name tenants, e.g. "groups"
+    tenant_prefix: str = ""  # ... keeping those with this prefix, prefix removed
+
+
+class Proxy(Section):
+    claims: dict[str, str] = msgspec.field(
+        default_factory=lambda: {
+            "user": "x-auth-request-user",
+            "email": "x-auth-request-email",
+            "groups": "x-auth-request-groups",
+            "principal": "x-jwt-sub",
+        }
+    )
+    name_claims: list[str] = msgspec.field(default_factory=lambda: ["user", "principal"])
+    worker_header: str = "x-berth-worker"
+    rules: list[Rule] = msgspec.field(default_factory=list)
+    verify_jwt: bool = False
+    jwt_header: str = "x-forwarded-access-token"
+    jwks_url: str = ""
+    issuer: str = ""
+    audience: str = ""
+
+
+class Network(Section):
+    listen: str = "127.0.0.1:8443"
+    url: str = ""  # the address workers dial (provisioned workers)
+    tls: str | TLSFiles = ""  # "", "proxy" or {cert, key}
+    auth: Literal["token", "proxy"] = "token"
+    proxy: Proxy = msgspec.field(default_factory=Proxy)
+
+
+class Executor(Section):
+    heartbeat_seconds: float = 10.0  # a worker beats this often; the server acks each beat
+    unreachable_seconds: float = 40.0  # stage 1: silent this long, no new lease
+    evict_seconds: float = 300.0  # stage 2: unreachable this long, leases expire
+    kill_grace_seconds: float = 5.0  # TERM, then KILL after this long
+    loop_seconds: float = 1.0  # cadence of the leader's silence and sealing passes
+
+
+class Compute(Section):
+    provider: Literal["process", "kubernetes", "modal"] = "process"
+
+
+class Provisioner(Section):
+    max: int = 4
+    idle_seconds: float = 300.0
+    orphan_exit_seconds: float = 600.0
+    credential_secret: str = ""
+    compute: Compute = msgspec.field(default_factory=Compute)
+
+
+class Pool(Section):
+    slots: dict[str, int] = msgspec.field(default_factory=lambda: {"default": 2})
+    max_load: float = 0.0
+    min_memory_gb: float = 0.0
+    min_disk_gb: float = 0.0
+    provisioner: Provisioner | None = None
+
+
+class Cas(Section):
+    provider: Literal["local", "http", "cached", "s3"] = "local"
+
+
+class Config(Section):
+    database: Database = msgspec.field(default_factory=Database)
+    network: Network = msgspec.field(default_factory=Network)
+    executor: Executor = msgspec.field(default_factory=Executor)
+    pools: dict[str, Pool] = msgspec.field(default_factory=dict)
+    cas: Cas = msgspec.field(default_factory=Cas)
+
+    def pool_specs(self) -> dict[str, PoolSpec]:
+        """Every pool, the built-in `serve` pool included."""
+        pools = {"serve": Pool(), **self.pools}
+        return {
+            name: PoolSpec(
+                name=name,
+                slots=dict(p.slots),
+                max_load=p.max_load,
+                min_memory_gb=p.min_memory_gb,
+                min_disk_gb=p.min_disk_gb,
+            )
+            for name, p in pools.items()
+        }
+
+
+def home(environ: Mapping[str, str] = os.environ) -> Path:
+    """$BERTH_HOME, default ~/.berth."""
+    return Path(environ.get("BERTH_HOME") or Path.home() / ".berth").expanduser()
+
+
+def load(path: Path | None = None, *, environ: Mapping[str, str] = os.environ) -> Config:
+    """Read `path` (default $BERTH_HOME/berth.toml; absent is fine), merge the overlays, validate."""
+    path = path or home(environ) / "berth.toml"
+    raw: dict[str, Any] = {}
+    if path.exists():
+        try:
+            raw = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise Invalid(f"{path}: {exc}") from None
+    if overlay := environ.get("BERTH_CONFIG_JSON"):
+        try:
+            extra = json.loads(overlay)
+        except json.JSONDecodeError as exc:
+            raise Invalid(f"BERTH_CONFIG_JSON: {exc}") from None
+        if not isinstance(extra, dict):
+            raise Invalid("BERTH_CONFIG_JSON: must be a JSON object")
+        raw = merge(raw, extra)
+    if url := environ.get("BERTH_DATABASE_URL"):
+        raw = merge(raw, {"database": {"url": url}})
+    try:
+        config = msgspec.convert(raw, Config)
+    except msgspec.ValidationError as exc:  # "Object contains unknown field `lisen` - at `$.network`"
+        raise Invalid(f"{path}: {exc}") from None
+    check(config)
+    return config
+
+
+def check(config: Config) -> None:
+    """Rules that span keys; raise Invalid naming the key."""
+    split_listen(config.network.listen)
+    e = config.executor
+    for key in ("heartbeat_seconds", "unreachable_seconds", "evict_seconds", "loop_seconds"):
+        if getattr(e, key) <= 0:
+            raise Invalid(f"executor.{key} must be positive")
+    if e.unreachable_seconds + e.evict_seconds <= 3 * e.heartbeat_seconds:
+        raise Invalid(
+            "executor: unreachable_seconds + evict_seconds must exceed three heartbeats, "
+            "so a silent worker stops its jobs before its leases expire"
+        )
+    for name, pool in config.pools.items():
+        if not pool.slots or any(n < 0 for n in pool.slots.values()):
+            raise Invalid(f"pools.{name}.slots must name at least one kind with slots >= 0")
+    for i, rule in enumerate(config.network.proxy.rules):
+        if rule.caller != "worker" and rule.role is None:
+            raise Invalid(f"network.proxy.rules[{i}]: a {rule.caller} rule needs a role")
+        if not rule.when:
+            raise Invalid(f"network.proxy.rules[{i}].when must name at least one claim")
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """`HOST:PORT` -> (host, port); raise Invalid naming network.listen otherwise."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise Invalid(f"network.listen: {listen!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge `over` onto `base` (tables merge, everything else replaces)."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

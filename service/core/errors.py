@@ -1,0 +1,55 @@
+"""berth's error type. The API maps each subclass to one HTTP status, once (api/errors.py).
+
+A BerthError's message is shown to the caller as is, so it names the problem and never an
+internal detail (a query, a stack, another tenant's data).
+"""
+
+
+class BerthError(Exception):
+    """Base of every error berth raises on purpose; anything else is a bug."""
+
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Invalid(BerthError):
+    """The input is malformed or names something that cannot be."""
+
+    status = 400
+
+
+class Unauthenticated(BerthError):
+    """No credential, or one that is unknown, revoked or expired."""
+
+    status = 401
+
+
+class Forbidden(BerthError):
+    """The caller is known but may not do this."""
+
+    status = 403
+
+
+class NotFound(BerthError):
+    """The target does not exist, or is not visible to this caller (same answer on purpose)."""
+
+    status = 404
+
+
+class Conflict(BerthError):
+    """The target exists but is in a state that forbids the change."""
+
+    status = 409
+
+
+class StaleEpoch(Conflict):
+    """A worker reported under a lease that is no longer the live one: refuse, kill the copy."""
+
+
+class Unavailable(BerthError):
+    """A dependency (the database) is not there right now; the caller may retry."""
+
+    status = 503

@@ -1,0 +1,89 @@
+"""The Database: one async engine, one way to open a transaction, driver errors translated once.
+
+`begin()` is the only way domain code writes: a transaction that commits on success and rolls
+back on any exception. Driver errors become berth's own (Conflict, Unavailable) here, so the
+API maps them to 4xx/503 in one place and never leaks a 500.
+"""
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import asyncpg
+from sqlalchemy import make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from service.core.errors import Conflict, Unavailable
+
+_UNAVAILABLE = (
+    OSError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.InterfaceError,
+)
+
+
+def async_url(url: str) -> str:
+    """postgresql://… -> postgresql+asyncpg://… (what SQLAlchemy's asyncpg dialect wants)."""
+    u = make_url(url)
+    if u.drivername in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"):
+        u = u.set(drivername="postgresql+asyncpg")
+    return u.render_as_string(hide_password=False)
+
+
+def plain_url(url: str) -> str:
+    """The libpq form of a URL (for asyncpg.connect and psql)."""
+    u = make_url(url).set(drivername="postgresql")
+    return u.render_as_string(hide_password=False)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True when the error means 'Postgres is not reachable right now', not a bad statement."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        return True
+    if isinstance(exc, DBAPIError):
+        orig = getattr(exc.orig, "__cause__", None) or exc.orig
+        return isinstance(orig, _UNAVAILABLE) or bool(exc.connection_invalidated)
+    return isinstance(exc, _UNAVAILABLE | ConnectionError | TimeoutError)
+
+
+class Database:
+    """The engine plus berth's transaction pattern."""
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self.url = url
+        self.engine: AsyncEngine = create_async_engine(
+            async_url(url),
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=True,  # after a Postgres restart, stale pooled connections are replaced
+            pool_recycle=1800,
+        )
+
+    @contextlib.asynccontextmanager
+    async def begin(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction: commit on success, roll back on error; driver errors translated."""
+        try:
+            async with self.engine.begin() as conn:
+                yield conn
+        except IntegrityError as exc:
+            raise Conflict(_constraint_message(exc)) from exc
+        except DBAPIError as exc:
+            if is_unavailable(exc):
+                raise Unavailable("the database is not reachable; retry shortly") from exc
+            raise
+        except _UNAVAILABLE as exc:
+            raise Unavailable("the database is not reachable; retry shortly") from exc
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _constraint_message(exc: IntegrityError) -> str:
+    name = getattr(getattr(exc.orig, "__cause__", None), "constraint_name", None) or ""
+    if "tokens_one_live_name" in name:
+        return "a live token with that name exists"
+    if "leases_one_live_per_job" in name:
+        return "the job already has a live lease"
+    return "the change conflicts with existing data"

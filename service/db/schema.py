@@ -1,0 +1,187 @@
+"""Table definitions: the one metadata that Alembic migrations are checked against."""
+
+from sqlalchemy import (
+    BigInteger,
+
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+NOW = text("now()")
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("hash", LargeBinary, nullable=False, unique=True),  # sha256 of the token; never the token
+    Column("tenants", ARRAY(String(128)), nullable=False, server_default="{}"),
+    Column("created_by", String(200), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True)),
+    # One unrevoked token per name: a worker's name is its token's name.
+    Index("tokens_one_live_name", "name", unique=True, postgresql_where=text("revoked_at IS NULL")),
+)
+
+pools = Table(
+    "pools",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("slots", JSONB, nullable=False),
+    Column("max_load", Float, nullable=False, server_default="0"),
+    Column("min_memory_gb", Float, nullable=False, server_default="0"),
+    Column("min_disk_gb", Float, nullable=False, server_default="0"),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+)
+
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", UUID(as_uuid=False), primary_key=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("pool", String(128), nullable=False),
+    Column("state", String(16), nullable=False, server_default="active"),  # operator's word
+    Column("liveness", String(16), nullable=False, server_default="ok"),  # ok|unreachable|lost|gone
+    Column("instance", String(64), nullable=False),  # the worker process; new on restart
+    Column("server_id", String(64)),  # the server holding its websocket, while attached
+    Column("labels", ARRAY(String(256)), nullable=False, server_default="{}"),
+    Column("parallel", Integer, nullable=False, server_default="0"),
+    Column("host", JSONB, nullable=False, server_default="{}"),
+    Column("python", String(64), nullable=False, server_default=""),
+    Column("env_digest", String(128), nullable=False, server_default=""),
+    Column("version", String(32), nullable=False, server_default=""),
+    Column("attached_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Index("ix_workers_silence", "last_seen_at", postgresql_where=text("liveness IN ('ok', 'unreachable')")),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant", String(128), ForeignKey("tenants.name"), nullable=False),
+    Column("state", String(16), nullable=False, server_default="queued"),
+    Column("kind", String(64), nullable=False, server_default="default"),
+    Column("pool", String(128)),  # None: any pool with slots of its kind
+    Column("labels", ARRAY(String(256)), nullable=False, server_default="{}"),
+    Column("device_policy", String(16), nullable=False, server_default="require"),
+    Column("command", ARRAY(Text), nullable=False, server_default="{}"),
+    Column("python", Text, nullable=False, server_default=""),
+    Column("env", JSONB, nullable=False, server_default="{}"),
+    Column("secrets", JSONB, nullable=False, server_default="{}"),  # variable -> secret name
+    Column("timeout_seconds", Float, nullable=False, server_default="0"),
+    Column("max_attempts", Integer, nullable=False, server_default="3"),
+    Column("attempt", Integer, nullable=False, server_default="0"),  # = epoch of the last lease
+    Column("priority", Integer, nullable=False, server_default="0"),
+    Column("worker", String(128)),
+    Column("exit_code", Integer),
+    Column("error", Text, nullable=False, server_default=""),
+    Column("created_by", String(200), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    # The dispatcher's scan: queued jobs by tenant, priority, age.
+    Index(
+        "ix_jobs_queued",
+        "tenant",
+        text("priority DESC"),
+        "id",
+        postgresql_where=text("state = 'queued'"),
+    ),
+    # Running jobs per tenant, for fairness.
+    Index("ix_jobs_live_tenant", "tenant", postgresql_where=text("state IN ('leased', 'running')")),
+    Index("ix_jobs_tenant_id", "tenant", "id"),
+)
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("job_id", BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("worker_id", UUID(as_uuid=False), ForeignKey("workers.id"), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("state", String(16), nullable=False, server_default="live"),
+    Column("granted_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("ended_at", DateTime(timezone=True)),
+    UniqueConstraint("job_id", "epoch"),
+    # The invariant the whole lease design rests on: at most one live lease per job.
+    Index("leases_one_live_per_job", "job_id", unique=True, postgresql_where=text("state = 'live'")),
+    Index("ix_leases_live_worker", "worker_id", postgresql_where=text("state = 'live'")),
+)
+
+job_output = Table(
+    "job_output",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("job_id", BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("stream", String(8), nullable=False),
+    Column("data", Text, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Index("ix_job_output_job_id_id", "job_id", "id"),
+)
+
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=text("clock_timestamp()")),
+    Column("caller", String(200), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", String(256), nullable=False),
+    Column("tenant", String(128)),
+    Column("request_id", String(64), nullable=False, server_default=""),
+    Column("detail", JSONB, nullable=False, server_default="{}"),
+    # Sealing (hash chaining) happens in batches after insert, so writers never serialise on
+    # the chain's head: seq orders the chain, hash covers the previous entry's hash.
+    Column("seq", BigInteger, unique=True),
+    Column("hash", LargeBinary),
+    Index("ix_audit_unsealed", "id", postgresql_where=text("seq IS NULL")),
+)
+
+secrets = Table(
+    "secrets",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("tenant", String(128), nullable=False, server_default=""),  # "": global
+    Column("nonce", LargeBinary, nullable=False),
+    Column("ciphertext", LargeBinary, nullable=False),
+    Column("created_by", String(200), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    UniqueConstraint("tenant", "name"),
+)
+
