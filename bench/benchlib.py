@@ -11,7 +11,7 @@ the standard library. It provides:
   the sender instead, so the count is exact;
 * process hygiene: children run in their own process group, are killed on exit, on SIGTERM/SIGINT,
   and when the hard timeout (SIGALRM) fires, so a stuck library can never hang a run;
-* Postgres/Redis plumbing through the ``psql`` and ``redis-server`` binaries, so no driver is needed.
+* Postgres/Redis plumbing through the ``psql`` and ``redis-server`` binaries: no driver needed.
 """
 
 from __future__ import annotations
@@ -72,20 +72,19 @@ def latency_summary(latencies_s: Iterable[float]) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------
 # Probe: task body -> orchestrator
 
-_probe_sock: socket.socket | None = None
-_probe_pid = 0
+# pid -> this process's probe socket. Keyed by pid because a forked pool child inherits the
+# parent's module state, and sharing one socket object across processes is asking for trouble.
+_probe_socks: dict[int, socket.socket] = {}
 
 
 def _probe_socket() -> tuple[socket.socket, str] | None:
-    global _probe_sock, _probe_pid
     path = os.environ.get(PROBE_ENV)
     if not path:
         return None
-    # A forked pool child inherits the parent's socket object; give each process its own.
-    if _probe_sock is None or _probe_pid != os.getpid():
-        _probe_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        _probe_pid = os.getpid()
-    return _probe_sock, path
+    sock = _probe_socks.get(os.getpid())
+    if sock is None:
+        sock = _probe_socks[os.getpid()] = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    return sock, path
 
 
 def probe_job(job: int, submitted: float, started: float) -> None:
@@ -142,6 +141,8 @@ class Collector:
                 data = self._sock.recv(256)
             except OSError:
                 return  # closed by stop()
+            if not data:
+                return  # shutdown() wakes the blocked recv with an empty read
             parts = data.decode().split()
             with self._changed:
                 if parts[0] == "J":
@@ -194,18 +195,30 @@ def make_collector() -> Collector:
 _children: list[subprocess.Popen[bytes]] = []
 
 
-def spawn(cmd: list[str], *, log_path: Path | None = None, env: dict[str, str] | None = None,
-          ) -> subprocess.Popen[bytes]:
-    """Start a child in its own session (process group) so the whole tree can be killed."""
+def spawn(
+    cmd: list[str],
+    *,
+    log_path: Path | None = None,
+    capture: bool = False,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start a child in its own session (process group) so the whole tree can be killed.
+
+    Output goes to ``log_path``, or to a pipe with ``capture``, else nowhere.
+    """
     out: Any = subprocess.DEVNULL
-    if log_path is not None:
-        out = log_path.open("wb")  # noqa: SIM115 - lives as long as the child
+    if capture:
+        out = subprocess.PIPE
+    elif log_path is not None:
+        out = log_path.open("wb")
     proc = subprocess.Popen(
         cmd,
         stdin=subprocess.DEVNULL,
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        cwd=cwd,
         env={**os.environ, **(env or {})},
     )
     _children.append(proc)
@@ -217,10 +230,8 @@ def stop(proc: subprocess.Popen[bytes], grace: float = 5.0) -> int | None:
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
     # Kill the group even if the leader exited: forked pool children may linger.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -298,8 +309,19 @@ def ensure_redis() -> None:
     if redis_ping():
         return
     subprocess.run(
-        ["redis-server", "--daemonize", "yes", "--bind", REDIS_HOST, "--port", str(REDIS_PORT),
-         "--save", "", "--appendonly", "no"],
+        [
+            "redis-server",
+            "--daemonize",
+            "yes",
+            "--bind",
+            REDIS_HOST,
+            "--port",
+            str(REDIS_PORT),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
         check=True,
         timeout=15,
     )

@@ -1,0 +1,40 @@
+"""create_app(runtime) -> Litestar. The runtime is passed in; nothing is read at import."""
+
+from litestar import Litestar
+from litestar.openapi import OpenAPIConfig
+
+from service.api import errors, guards, worker_socket
+from service.api.hub import Hub
+from service.api.routes import fleet, health, jobs, tokens
+from service.api.runtime import Runtime
+
+ROUTES = [
+    health.healthz,
+    health.readyz,
+    jobs.submit,
+    jobs.list_jobs,
+    jobs.show,
+    jobs.cancel,
+    jobs.logs,
+    fleet.list_workers,
+    fleet.set_worker_state,
+    fleet.pools,
+    fleet.status,
+    tokens.create,
+    tokens.list_tokens,
+    tokens.revoke,
+    worker_socket.attach,
+]
+
+
+def create_app(rt: Runtime) -> Litestar:
+    if rt.hub is None:
+        rt.hub = Hub(rt)
+    return Litestar(
+        route_handlers=ROUTES,
+        guards=[guards.require_perm],
+        exception_handlers=errors.HANDLERS,  # type: ignore[arg-type]
+        openapi_config=OpenAPIConfig(title="berth", version=rt.version, path="/schema"),
+        state={"runtime": rt},  # type: ignore[arg-type]
+        debug=False,
+    )

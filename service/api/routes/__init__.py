@@ -1,0 +1,1 @@
+"""Route handlers, one module per resource. Each declares its permission in opt["perm"]."""

@@ -1,0 +1,76 @@
+"""/api/v1/workers, /api/v1/pools, /api/v1/status: the fleet and its capacity."""
+
+from typing import Any
+
+from litestar import Request, get, post
+
+from service.api.identity import identify, request_id, runtime_of
+from service.auth.permissions import Perm
+from service.domain import fleet
+
+
+def worker_json(row: fleet.WorkerRow) -> dict[str, Any]:
+    w = row.record
+    host = w.host or {}
+    return {
+        "name": w.name,
+        "pool": w.pool,
+        "state": row.state,
+        "labels": w.labels,
+        "seen_seconds_ago": round(w.seen_seconds_ago, 1),
+        "no_lease": row.no_lease,
+        "load": host.get("load"),
+        "cpus": host.get("cpus"),
+        "free_memory_gb": host.get("free_memory_gb"),
+        "free_disk_gb": host.get("free_disk_gb"),
+        "gpus": host.get("gpus", []),
+        "slots": {k: {"used": row.used.get(k, 0), "total": n} for k, n in row.slots.items()},
+        "parallel": w.parallel,
+        "attached": w.server_id is not None,
+        "python": w.python,
+        "env_digest": w.env_digest,
+        "version": w.version,
+    }
+
+
+@get("/api/v1/workers", opt={"perm": Perm.FLEET_READ})
+async def list_workers(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
+    rt = runtime_of(request)
+    return [worker_json(r) for r in await fleet.list_workers(rt.db, rt.pools)]
+
+
+@post("/api/v1/workers/{name:str}/{action:str}", opt={"perm": Perm.FLEET_WRITE}, status_code=200)
+async def set_worker_state(request: Request[Any, Any, Any], name: str, action: str) -> dict[str, Any]:
+    """drain | disable | enable."""
+    rt = runtime_of(request)
+    caller = await identify(request)
+    state = fleet.parse_state(action)
+    worker = await fleet.set_state(
+        rt.db, caller, name=name, state=state, request_id=request_id(request)
+    )
+    return {"name": worker.name, "state": worker.state}
+
+
+@get("/api/v1/pools", opt={"perm": Perm.FLEET_READ})
+async def pools(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
+    rt = runtime_of(request)
+    status = await fleet.status(rt.db, rt.pools)
+    return [
+        {
+            "name": name,
+            "slots": dict(p.slots),
+            "max_load": p.max_load,
+            "min_memory_gb": p.min_memory_gb,
+            "min_disk_gb": p.min_disk_gb,
+            "workers": status["pools"][name]["workers"],
+        }
+        for name, p in sorted(rt.pools.items())
+    ]
+
+
+@get("/api/v1/status", opt={"perm": Perm.FLEET_READ})
+async def status(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    rt = runtime_of(request)
+    out = await fleet.status(rt.db, rt.pools)
+    out["server"] = {"id": rt.server_id, "version": rt.version}
+    return out

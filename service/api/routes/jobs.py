@@ -1,0 +1,170 @@
+"""/api/v1/jobs: submit (one or a list), list, show, cancel, output."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Request, get, post
+from litestar.params import Parameter
+from litestar.response import Stream
+
+from service.api.body import decode
+from service.api.identity import identify, request_id, runtime_of
+from service.auth.permissions import Perm
+from service.core.errors import Invalid, NotFound
+from service.core.states import JobState
+from service.db.records import JobRecord
+from service.domain import jobs
+
+MAX_ID = 2**63 - 1
+
+
+class JobBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    command: list[str] = msgspec.field(default_factory=list)
+    python: str = ""
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    kind: str = "default"
+    pool: str | None = None
+    labels: list[str] = msgspec.field(default_factory=list)
+    device_policy: str = "require"
+    timeout_seconds: float = 0.0
+    max_attempts: int = 3
+    priority: int = 0
+    tenant: str | None = None
+    secrets: dict[str, str] = msgspec.field(default_factory=dict)  # variable -> secret name
+    inputs: list[str] = msgspec.field(default_factory=list)
+
+
+def job_json(job: JobRecord, waiting_for: str = "") -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "state": job.state,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "exit_code": job.exit_code,
+        "error": job.error,
+        "worker": job.worker,
+        "tenant": job.tenant,
+        "kind": job.kind,
+        "pool": job.pool,
+        "labels": job.labels,
+        "device_policy": job.device_policy,
+        "priority": job.priority,
+        "timeout_seconds": job.timeout_seconds,
+        "command": job.command,
+        "python": bool(job.python),
+        "env": sorted(job.env),  # names only: values may be sensitive
+        "secrets": sorted(job.secrets),
+        "created_by": job.created_by,
+        "created_at": job.created_at.isoformat(),
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "waiting_for": waiting_for,
+    }
+
+
+def _spec(b: JobBody) -> jobs.JobSpec:
+    if b.inputs:
+        raise Invalid("inputs need the artifact store, which this server does not offer yet")
+    return jobs.JobSpec(
+        command=b.command,
+        python=b.python,
+        env=b.env,
+        kind=b.kind,
+        pool=b.pool,
+        labels=b.labels,
+        device_policy=b.device_policy,
+        timeout_seconds=b.timeout_seconds,
+        max_attempts=b.max_attempts,
+        priority=b.priority,
+        tenant=b.tenant,
+        secrets=b.secrets,
+    )
+
+
+def _id(job_id: int) -> int:
+    if not 1 <= job_id <= MAX_ID:
+        raise NotFound(f"no job {job_id}")
+    return job_id
+
+
+@post("/api/v1/jobs", opt={"perm": Perm.JOBS_WRITE}, status_code=201)
+async def submit(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    """Queue one job (an object) or many (a list); all or none."""
+    rt = runtime_of(request)
+    caller = await identify(request)
+    payload = await decode(request, JobBody | list[JobBody])
+    batch = isinstance(payload, list)
+    bodies = payload if isinstance(payload, list) else [payload]
+    created = await jobs.submit(
+        rt.db, caller, [_spec(b) for b in bodies], rt.pools, request_id=request_id(request)
+    )
+    if batch:
+        return {"ids": [j.id for j in created]}
+    return job_json(created[0])
+
+
+@get("/api/v1/jobs", opt={"perm": Perm.JOBS_READ})
+async def list_jobs(
+    request: Request[Any, Any, Any],
+    job_state: Annotated[str | None, Parameter(query="state")] = None,
+    tenant: str | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    rt = runtime_of(request)
+    caller = await identify(request)
+    found = await jobs.list_visible(rt.db, caller, state=job_state, tenant=tenant, limit=limit)
+    return [job_json(j) for j in found]
+
+
+@get("/api/v1/jobs/{job_id:int}", opt={"perm": Perm.JOBS_READ})
+async def show(request: Request[Any, Any, Any], job_id: int) -> dict[str, Any]:
+    rt = runtime_of(request)
+    caller = await identify(request)
+    job = await jobs.get(rt.db, caller, _id(job_id))
+    return job_json(job, await jobs.waiting_for(rt.db, job, rt.pools))
+
+
+@post("/api/v1/jobs/{job_id:int}/cancel", opt={"perm": Perm.JOBS_WRITE}, status_code=200)
+async def cancel(request: Request[Any, Any, Any], job_id: int) -> dict[str, Any]:
+    rt = runtime_of(request)
+    caller = await identify(request)
+    return job_json(await jobs.cancel(rt.db, caller, _id(job_id), request_id=request_id(request)))
+
+
+@get("/api/v1/jobs/{job_id:int}/logs", opt={"perm": Perm.JOBS_READ}, response_model=None)
+async def logs(
+    request: Request[Any, Any, Any], job_id: int, after: int = 0, follow: bool = False
+) -> dict[str, Any] | Stream:
+    """Output so far; with follow=true, NDJSON lines until the job ends, then its result."""
+    rt = runtime_of(request)
+    caller = await identify(request)
+    job, chunks = await jobs.output(rt.db, caller, _id(job_id), after=max(0, after))
+    if not follow:
+        return {
+            "state": job.state,
+            "exit_code": job.exit_code,
+            "chunks": [{"id": c.id, "stream": c.stream, "data": c.data} for c in chunks],
+        }
+
+    async def lines() -> AsyncIterator[bytes]:
+        cursor = max(0, after)
+        idle = 0.05
+        while True:
+            current, got = await jobs.output(rt.db, caller, job_id, after=cursor)
+            for c in got:
+                cursor = c.id
+                yield msgspec.json.encode({"id": c.id, "stream": c.stream, "data": c.data}) + b"\n"
+            if JobState(current.state).terminal and not got:
+                yield msgspec.json.encode(
+                    {"state": current.state, "exit_code": current.exit_code, "error": current.error}
+                ) + b"\n"
+                return
+            if got:
+                idle = 0.05
+                continue
+            await asyncio.sleep(idle)
+            idle = min(idle * 2, 0.5)
+
+    return Stream(lines(), media_type="application/x-ndjson")

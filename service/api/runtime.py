@@ -1,0 +1,25 @@
+"""What one running server holds: its config, database, identity and the local worker hub."""
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from service.config import Config
+from service.core.placement import PoolSpec
+from service.db.engine import Database
+
+if TYPE_CHECKING:  # the hub imports this module
+    from service.api.hub import Hub
+
+
+@dataclass
+class Runtime:
+    config: Config
+    db: Database
+    server_id: str
+    version: str
+    pools: dict[str, PoolSpec] = field(default_factory=dict)
+    hub: "Hub | None" = None
+
+    def the_hub(self) -> "Hub":
+        assert self.hub is not None, "the hub is created with the app"
+        return self.hub

@@ -1,0 +1,40 @@
+"""Who makes a request: its kind, name, role and tenants. Writes are signed `kind:name`."""
+
+import enum
+from dataclasses import dataclass
+
+
+class Kind(enum.StrEnum):
+    HUMAN = "human"
+    SERVICE = "service"
+    WORKER = "worker"
+
+
+class Role(enum.StrEnum):
+    ADMIN = "admin"
+    OPERATOR = "operator"
+    MEMBER = "member"
+    VIEWER = "viewer"
+    WORKER = "worker"
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    kind: Kind
+    name: str
+    role: Role
+    tenants: frozenset[str]
+
+    def __str__(self) -> str:  # how writes are signed, e.g. "service:ci-pipeline"
+        return f"{self.kind}:{self.name}"
+
+    @property
+    def all_tenants(self) -> bool:
+        return self.role is Role.ADMIN
+
+    def sees(self, tenant: str) -> bool:
+        return self.all_tenants or tenant in self.tenants
+
+    def tenant_filter(self) -> frozenset[str] | None:
+        """The tenants a query must be limited to; None means every tenant (admin)."""
+        return None if self.all_tenants else self.tenants

@@ -1,0 +1,219 @@
+"""`berth job submit | list | show | logs | cancel | wait`."""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from service.cli.client import CliError, Client, add_server_arg, print_json, table
+from service.core.states import JobState, exit_status
+
+
+def add(sub: Any) -> None:  # noqa: ANN401
+    p = sub.add_parser("job", help="submit and follow jobs")
+    jsub = p.add_subparsers(dest="job_command", required=True, parser_class=type(p))
+
+    s = jsub.add_parser("submit", help="queue a job: berth job submit [options] -- COMMAND...")
+    add_server_arg(s)
+    s.add_argument("--tenant")
+    s.add_argument("--kind", default="default")
+    s.add_argument("--pool")
+    s.add_argument("--label", action="append", default=[], dest="labels")
+    s.add_argument("--device-policy", choices=["require", "prefer"], default="require")
+    s.add_argument("--env", action="append", default=[], metavar="K=V")
+    s.add_argument("--secret", action="append", default=[], metavar="NAME|VAR=NAME")
+    s.add_argument("--input", action="append", default=[], metavar="PATH")
+    s.add_argument("--timeout", type=float, default=0.0, metavar="SECONDS")
+    s.add_argument("--max-attempts", type=int, default=3)
+    s.add_argument("--priority", type=int, default=0)
+    s.add_argument("--python", metavar="FILE", help="Python source that travels with the job")
+    s.add_argument("--wait", action="store_true", help="stream output; exit with the job's code")
+    s.add_argument("command", nargs=argparse.REMAINDER)
+    s.set_defaults(func=submit)
+
+    ls = jsub.add_parser("list", help="list jobs")
+    add_server_arg(ls)
+    ls.add_argument("--state")
+    ls.add_argument("--tenant")
+    ls.add_argument("--limit", type=int, default=100)
+    ls.set_defaults(func=list_jobs)
+
+    for name, func, helptext in (
+        ("show", show, "one job, and what it waits for"),
+        ("cancel", cancel, "cancel a job"),
+        ("wait", wait, "wait for a job; exit with its code"),
+    ):
+        c = jsub.add_parser(name, help=helptext)
+        add_server_arg(c)
+        c.add_argument("id", type=int)
+        c.set_defaults(func=func)
+
+    lg = jsub.add_parser("logs", help="a job's output")
+    add_server_arg(lg)
+    lg.add_argument("id", type=int)
+    lg.add_argument("--follow", "-f", action="store_true")
+    lg.set_defaults(func=logs)
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"{what} {item!r} must be KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def _secrets(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        var, sep, name = item.partition("=")
+        out[var] = name if sep else var
+    return out
+
+
+def body_of(args: argparse.Namespace) -> dict[str, Any]:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    body: dict[str, Any] = {
+        "kind": args.kind,
+        "labels": args.labels,
+        "device_policy": args.device_policy,
+        "env": _pairs(args.env, "--env"),
+        "secrets": _secrets(args.secret),
+        "timeout_seconds": args.timeout,
+        "max_attempts": args.max_attempts,
+        "priority": args.priority,
+    }
+    if args.input:
+        body["inputs"] = args.input
+    if args.pool:
+        body["pool"] = args.pool
+    if args.tenant:
+        body["tenant"] = args.tenant
+    if args.python:
+        if command:
+            raise CliError("give either --python FILE or a command, not both")
+        try:
+            body["python"] = Path(args.python).read_text()
+        except OSError as exc:
+            raise CliError(f"cannot read {args.python}: {exc.strerror}") from None
+    elif not command:
+        raise CliError("no command: berth job submit [options] -- COMMAND [ARG...]")
+    else:
+        body["command"] = command
+    return body
+
+
+def submit(args: argparse.Namespace) -> int:
+    client = Client(args.server)
+    job = client.call("POST", "/api/v1/jobs", body_of(args))
+    if not args.wait:
+        if args.json:
+            print_json(job)
+        else:
+            print(job["id"])
+        return 0
+    return follow(client, job["id"])
+
+
+def follow(client: Client, job_id: int) -> int:
+    """Stream a job's output to our stdout/stderr; return the exit status it ended with."""
+    after = 0
+    while True:
+        for line in client.stream_lines(f"/api/v1/jobs/{job_id}/logs", follow="true", after=after):
+            if "data" in line:
+                after = line["id"]
+                out = sys.stdout if line["stream"] == "stdout" else sys.stderr
+                out.write(line["data"])
+                out.flush()
+            elif "state" in line:
+                state = JobState(line["state"])
+                if state is not JobState.SUCCEEDED and line.get("error"):
+                    sys.stderr.write(f"berth: job {job_id} {state}: {line['error']}\n")
+                return exit_status(state, line.get("exit_code"))
+        time.sleep(0.5)  # the stream ended early (a server restart): pick up where it stopped
+
+
+def list_jobs(args: argparse.Namespace) -> int:
+    jobs = Client(args.server).call(
+        "GET", "/api/v1/jobs", state=args.state, tenant=args.tenant, limit=args.limit
+    )
+    if args.json:
+        print_json(jobs)
+        return 0
+    table(
+        [
+            [
+                str(j["id"]),
+                j["state"],
+                j["tenant"],
+                j["pool"] or "-",
+                j["kind"],
+                j["worker"] or "-",
+                str(j["attempt"]),
+                "-" if j["exit_code"] is None else str(j["exit_code"]),
+                " ".join(j["command"])[:40] or "(python)",
+            ]
+            for j in jobs
+        ],
+        ["ID", "STATE", "TENANT", "POOL", "KIND", "WORKER", "ATTEMPT", "EXIT", "COMMAND"],
+    )
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    job = Client(args.server).call("GET", f"/api/v1/jobs/{args.id}")
+    if args.json:
+        print_json(job)
+        return 0
+    for key in (
+        "id", "state", "tenant", "pool", "kind", "labels", "worker", "attempt", "max_attempts",
+        "exit_code", "error", "created_by", "created_at", "started_at", "finished_at", "command",
+    ):
+        value = job.get(key)
+        if isinstance(value, list):
+            value = " ".join(value) if value else "-"
+        print(f"{key:13} {value if value not in (None, '') else '-'}")
+    if job.get("waiting_for"):
+        print(f"{'waiting for':13} {job['waiting_for']}")
+    return 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    job = Client(args.server).call("POST", f"/api/v1/jobs/{args.id}/cancel")
+    if args.json:
+        print_json(job)
+    else:
+        print(f"job {job['id']}: {job['state']}")
+    return 0
+
+
+def wait(args: argparse.Namespace) -> int:
+    client = Client(args.server)
+    while True:
+        job = client.call("GET", f"/api/v1/jobs/{args.id}")
+        state = JobState(job["state"])
+        if state.terminal:
+            if args.json:
+                print_json(job)
+            return exit_status(state, job["exit_code"])
+        time.sleep(0.2)
+
+
+def logs(args: argparse.Namespace) -> int:
+    client = Client(args.server)
+    if args.follow:
+        follow(client, args.id)
+        return 0
+    after = 0
+    while True:
+        got = client.call("GET", f"/api/v1/jobs/{args.id}/logs", after=after)
+        for c in got["chunks"]:
+            (sys.stdout if c["stream"] == "stdout" else sys.stderr).write(c["data"])
+            after = c["id"]
+        if not got["chunks"]:
+            return 0

@@ -1,0 +1,82 @@
+"""`berth serve`: the API, the worker endpoint, the leader's loops and the built-in worker.
+
+With no database URL it starts the embedded Postgres under $BERTH_HOME/postgres, migrates it,
+and stops it on shutdown. With a URL it refuses an unmigrated database (`berth db upgrade`).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from service.cli.client import CliError
+
+
+def add(sub: Any) -> None:  # noqa: ANN401
+    p = sub.add_parser("serve", help="run the server")
+    p.add_argument("--home", type=Path, help="berth's home (env BERTH_HOME, default ~/.berth)")
+    p.add_argument("--listen", help="HOST:PORT (default from config: 127.0.0.1:8443)")
+    p.add_argument("--config", type=Path, help="config file (default $BERTH_HOME/berth.toml)")
+    p.add_argument("--detach", action="store_true", help="run in the background; log to serve.log")
+    p.add_argument("--no-builtin-worker", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.home:
+        os.environ["BERTH_HOME"] = str(args.home.expanduser().resolve())
+    from service import config as config_mod  # noqa: PLC0415  (server-side imports stay lazy)
+
+    cfg = config_mod.load(args.config)
+    listen = args.listen or cfg.network.listen
+    host, port = config_mod.split_listen(listen)
+    if not config_mod.is_loopback(host) and not cfg.network.tls:
+        raise CliError(
+            f"refusing to listen on {listen} without TLS: set [network] tls = "
+            '{ cert = "...", key = "..." }, or tls = "proxy" when a proxy ends TLS; '
+            "only a loopback address may go without"
+        )
+    if args.detach:
+        return _detach(args, host, port, cfg)
+    from service.cli import server  # noqa: PLC0415
+
+    return server.main(cfg, host=host, port=port, builtin_worker=not args.no_builtin_worker)
+
+
+def _detach(args: argparse.Namespace, host: str, port: int, cfg: Any) -> int:  # noqa: ANN401
+    from service.config import home  # noqa: PLC0415
+
+    berth_home = home()
+    berth_home.mkdir(parents=True, exist_ok=True)
+    log_path = berth_home / "serve.log"
+    argv = [sys.executable, "-m", "service", "serve", "--listen", f"{host}:{port}"]
+    if args.config:
+        argv += ["--config", str(args.config)]
+    with log_path.open("ab") as log_file:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            start_new_session=True,
+        )
+    scheme = "https" if cfg.network.tls and cfg.network.tls != "proxy" else "http"
+    url = f"{scheme}://{host}:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CliError(f"berth serve exited with {proc.returncode}; see {log_path}", 1)
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1, verify=False).status_code == 200:  # noqa: S501
+                print(f"berth serve running (pid {proc.pid}) at {url}; log: {log_path}")
+                (berth_home / "serve.pid").write_text(str(proc.pid))
+                return 0
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise CliError(f"berth serve did not become ready in 120s; see {log_path}", 1)

@@ -1,0 +1,156 @@
+"""The running server: one asyncio program of uvicorn, the hub, LISTEN, the leader's loops and
+the built-in worker, stopped together on SIGTERM/SIGINT."""
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import structlog
+import uvicorn
+
+from service import __version__, log
+from service.api.app import create_app
+from service.api.runtime import Runtime
+from service.background.silence import ExpireSilent
+from service.background.supervisor import run_when_leader
+from service.cli.client import CliError
+from service.config import Config, home
+from service.db import migrate, notify
+from service.db.embedded import Embedded
+from service.db.engine import Database
+from service.db.leader import Leader
+from service.db.queries.jobs import JOBS_CHANNEL
+from service.db.queries.workers import WORKERS_CHANNEL
+from service.domain import tokens
+from service.worker import main as worker_main
+
+logger = structlog.get_logger("berth.serve")
+
+
+class _Uvicorn(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # berth handles SIGTERM/SIGINT itself, to stop every part in order
+
+
+def main(cfg: Config, *, host: str, port: int, builtin_worker: bool) -> int:
+    log.configure()
+    berth_home = home()
+    berth_home.mkdir(parents=True, exist_ok=True)
+    embedded: Embedded | None = None
+    url = cfg.database.url
+    if not url:
+        embedded = Embedded(berth_home)
+        url = embedded.url
+        migrate.upgrade(url)
+    try:
+        return asyncio.run(_serve(cfg, url, host, port, berth_home, builtin_worker))
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+async def _serve(
+    cfg: Config, url: str, host: str, port: int, berth_home: Path, builtin_worker: bool
+) -> int:
+    try:
+        current = await migrate.is_current(url)
+    except OSError as exc:
+        raise CliError(f"cannot reach the database: {exc}", 3) from None
+    if not current:
+        raise CliError(
+            "the database is not migrated to this berth's schema: run `berth db upgrade` first"
+        )
+    db = Database(url)
+    rt = Runtime(
+        config=cfg, db=db, server_id=uuid.uuid4().hex, version=__version__, pools=cfg.pool_specs()
+    )
+    app = create_app(rt)
+    hub = rt.the_hub()
+    admin = await tokens.ensure_admin(db)
+    if admin is not None:
+        path = berth_home / "admin.token"
+        path.write_text(admin + "\n")
+        path.chmod(0o600)
+        print(f"admin token (shown once, also in {path}):\n{admin}", flush=True)
+    tls = cfg.network.tls
+    ssl: dict[str, str] = {}
+    if not isinstance(tls, str):
+        ssl = {"ssl_certfile": tls.cert, "ssl_keyfile": tls.key}
+    server = _Uvicorn(
+        uvicorn.Config(
+            app, host=host, port=port, log_config=None, lifespan="off", ws_max_size=64 << 20, **ssl
+        )
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    logger.info("serving", listen=f"{host}:{port}", server_id=rt.server_id, pid=os.getpid())
+    scheme = "https" if ssl else "http"
+    async with asyncio.TaskGroup() as tg:
+        web = tg.create_task(server.serve(), name="http")
+        tg.create_task(hub.run(stop), name="hub")
+        tg.create_task(
+            notify.listen(
+                url,
+                {JOBS_CHANNEL: lambda _p: hub.poke(), WORKERS_CHANNEL: hub.on_worker_notice},
+                stop,
+                on_reconnect=hub.poke,
+            ),
+            name="listen",
+        )
+        tg.create_task(
+            run_when_leader(Leader(url), [ExpireSilent(db, cfg.executor)], stop), name="leader"
+        )
+        if builtin_worker:
+            tg.create_task(
+                _builtin_worker(rt, f"{scheme}://{_dial(host)}:{port}", berth_home, stop, server),
+                name="builtin-worker",
+            )
+        await stop.wait()
+        logger.info("stopping")
+        server.should_exit = True
+        await web
+    await db.dispose()
+    return 0
+
+
+def _dial(host: str) -> str:
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104  (what to dial when listening everywhere)
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+async def _builtin_worker(
+    rt: Runtime, url: str, berth_home: Path, stop: asyncio.Event, server: uvicorn.Server
+) -> None:
+    """The `serve` pool's worker: a fresh token each start (the old one is revoked)."""
+    while not server.started and not stop.is_set():
+        await asyncio.sleep(0.05)
+    with contextlib.suppress(Exception):
+        await tokens.revoke(rt.db, tokens.SYSTEM, name="serve")
+    token, _ = await tokens.create(
+        rt.db, tokens.SYSTEM, name="serve", kind="worker", tenants=[], expires_days=3650
+    )
+    worker = worker_main.Worker(
+        worker_main.Options(
+            server=url,
+            token=token,
+            pool="serve",
+            home=berth_home / "serve-worker",
+            python=sys.executable,
+        )
+    )
+    (berth_home / "serve-worker").mkdir(parents=True, exist_ok=True)
+    task = asyncio.create_task(worker.run())
+    await stop.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    await worker._stop_all("server stopping")  # noqa: SLF001

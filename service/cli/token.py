@@ -1,0 +1,69 @@
+"""`berth token create | list | revoke`."""
+
+import argparse
+from typing import Any
+
+from service.cli.client import Client, add_server_arg, print_json, table
+
+
+def add(sub: Any) -> None:  # noqa: ANN401
+    p = sub.add_parser("token", help="create, list and revoke tokens")
+    tsub = p.add_subparsers(dest="token_command", required=True, parser_class=type(p))
+    c = tsub.add_parser("create", help="create a token; prints it once")
+    add_server_arg(c)
+    c.add_argument("name")
+    c.add_argument("--kind", choices=["worker", "service", "admin"], default="worker")
+    c.add_argument("--tenant", action="append", default=[], dest="tenants")
+    c.add_argument("--expires", type=float, default=365.0, metavar="DAYS")
+    c.set_defaults(func=create)
+    ls = tsub.add_parser("list", help="list tokens (never their values)")
+    add_server_arg(ls)
+    ls.set_defaults(func=list_tokens)
+    r = tsub.add_parser("revoke", help="revoke a token; a worker using it exits")
+    add_server_arg(r)
+    r.add_argument("name")
+    r.set_defaults(func=revoke)
+
+
+def create(args: argparse.Namespace) -> int:
+    out = Client(args.server).call(
+        "POST",
+        "/api/v1/tokens",
+        {"name": args.name, "kind": args.kind, "tenants": args.tenants, "expires_days": args.expires},
+    )
+    if args.json:
+        print_json(out)
+    else:
+        print(out["token"])
+    return 0
+
+
+def list_tokens(args: argparse.Namespace) -> int:
+    tokens = Client(args.server).call("GET", "/api/v1/tokens")
+    if args.json:
+        print_json(tokens)
+        return 0
+    table(
+        [
+            [
+                t["name"],
+                t["kind"],
+                ",".join(t["tenants"]) or "-",
+                t["expires_at"][:10],
+                "revoked" if t["revoked_at"] else "live",
+                t["created_by"],
+            ]
+            for t in tokens
+        ],
+        ["NAME", "KIND", "TENANTS", "EXPIRES", "STATE", "CREATED BY"],
+    )
+    return 0
+
+
+def revoke(args: argparse.Namespace) -> int:
+    out = Client(args.server).call("DELETE", f"/api/v1/tokens/{args.name}")
+    if args.json:
+        print_json(out)
+    else:
+        print(f"revoked {out['name']}")
+    return 0

@@ -1,0 +1,65 @@
+"""Leadership for the background loops: a Postgres session advisory lock on one connection.
+
+The lock lives exactly as long as that connection. Losing the connection means losing
+leadership, so `watch()` raises as soon as a ping fails and the supervisor cancels the loops.
+The lock is an efficiency measure, not what makes loops correct: every loop write is fenced in
+SQL (state and epoch conditions), so two leaders overlapping briefly does no harm.
+"""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import asyncpg
+import structlog
+
+from service.db.engine import plain_url
+
+log = structlog.get_logger(__name__)
+
+LOOPS_LOCK_KEY = 0x6265727400000001  # fixed forever; never derive it at runtime
+
+
+class LeadershipLost(Exception):
+    pass
+
+
+class Leader:
+    def __init__(self, url: str, *, retry_seconds: float = 1.0, ping_seconds: float = 1.0) -> None:
+        self._url = url
+        self._retry = retry_seconds
+        self._ping = ping_seconds
+        self._conn: asyncpg.Connection | None = None
+
+    @contextlib.asynccontextmanager
+    async def held(self, stop: asyncio.Event) -> AsyncIterator["Leader"]:
+        """Wait until this server holds the lock (or `stop`); release it on exit."""
+        conn = await asyncpg.connect(plain_url(self._url), timeout=5)
+        try:
+            while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", LOOPS_LOCK_KEY):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=self._retry)
+                if stop.is_set():
+                    break
+            else:
+                log.info("leader_acquired")
+            self._conn = conn
+            yield self
+        finally:
+            self._conn = None
+            with contextlib.suppress(Exception):  # a dead connection has released it already
+                await conn.close(timeout=2)
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Return when `stop` is set; raise LeadershipLost when the lock's connection dies."""
+        conn = self._conn
+        assert conn is not None, "watch() only inside held()"
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self._ping)
+            if stop.is_set():
+                return
+            try:
+                await conn.fetchval("SELECT 1", timeout=self._ping * 2)
+            except Exception as exc:
+                raise LeadershipLost from exc

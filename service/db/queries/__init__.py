@@ -1,0 +1,1 @@
+"""SQL, one module per aggregate: plain async functions `(conn, *, ...) -> records`; no commits."""

@@ -1,0 +1,137 @@
+"""SQL for jobs. Every read of job data takes `tenants` (None: all, for admins) and filters on it."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, insert, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.core.states import LIVE_JOB_STATES, JobState
+from service.db.records import JobRecord, OutputChunk
+from service.db.schema import job_output, jobs, tenants
+
+COLS = [jobs.c[f] for f in JobRecord.__dataclass_fields__]
+JOBS_CHANNEL = "berth_jobs_v1"
+
+
+def _visible(tenant_set: frozenset[str] | None) -> ColumnElement[bool]:
+    if tenant_set is None:
+        return jobs.c.id.isnot(None)
+    return jobs.c.tenant.in_(sorted(tenant_set))
+
+
+async def ensure_tenants(conn: AsyncConnection, names: Sequence[str]) -> None:
+    if names:
+        await conn.execute(
+            pg_insert(tenants).values([{"name": n} for n in set(names)]).on_conflict_do_nothing()
+        )
+
+
+async def insert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> list[JobRecord]:
+    """Insert queued jobs in one statement and wake every server's dispatcher (on commit)."""
+    result = await conn.execute(insert(jobs).returning(*COLS), list(rows))
+    created = [JobRecord.of(r) for r in result]
+    await notify_jobs(conn)
+    return sorted(created, key=lambda j: j.id)
+
+
+async def notify_jobs(conn: AsyncConnection) -> None:
+    """Tell every server that jobs may wait (delivered when the transaction commits)."""
+    await conn.execute(text(f"NOTIFY {JOBS_CHANNEL}"))
+
+
+async def get(conn: AsyncConnection, job_id: int, *, tenants: frozenset[str] | None) -> JobRecord | None:
+    """The job if it exists and is in one of `tenants`; None otherwise (the same to the caller)."""
+    row = (
+        await conn.execute(select(*COLS).where(jobs.c.id == job_id, _visible(tenants)))
+    ).one_or_none()
+    return JobRecord.of(row) if row else None
+
+
+async def list_visible(
+    conn: AsyncConnection,
+    *,
+    tenants: frozenset[str] | None,
+    state: str | None,
+    tenant: str | None,
+    limit: int,
+) -> list[JobRecord]:
+    q = select(*COLS).where(_visible(tenants)).order_by(jobs.c.id.desc()).limit(limit)
+    if state:
+        q = q.where(jobs.c.state == state)
+    if tenant:
+        q = q.where(jobs.c.tenant == tenant)
+    return [JobRecord.of(r) for r in await conn.execute(q)]
+
+
+async def cancel(conn: AsyncConnection, job_id: int) -> tuple[str, int] | None:
+    """Cancel a job that is not finished; its live lease (if any) is cancelled with it.
+
+    Returns (previous state, epoch), or None when the job had already ended.
+    """
+    row = (
+        await conn.execute(
+            text(
+                """
+                WITH j AS (
+                    SELECT id, state, attempt FROM jobs
+                    WHERE id = :id AND state IN ('queued', 'leased', 'running') FOR UPDATE
+                ), l AS (
+                    UPDATE leases SET state = 'cancelled', ended_at = now()
+                    FROM j WHERE leases.job_id = j.id AND leases.state = 'live'
+                    RETURNING leases.job_id
+                )
+                UPDATE jobs SET state = 'cancelled', finished_at = now(),
+                    error = 'cancelled'
+                FROM j WHERE jobs.id = j.id
+                RETURNING j.state AS before, j.attempt AS epoch
+                """
+            ),
+            {"id": job_id},
+        )
+    ).one_or_none()
+    return (row.before, row.epoch) if row else None
+
+
+async def running_counts(conn: AsyncConnection) -> dict[str, int]:
+    rows = await conn.execute(
+        select(jobs.c.tenant, func.count())
+        .where(jobs.c.state.in_([str(s) for s in LIVE_JOB_STATES]))
+        .group_by(jobs.c.tenant)
+    )
+    return {r[0]: r[1] for r in rows}
+
+
+async def queue_depth(conn: AsyncConnection) -> list[tuple[str | None, str, int]]:
+    """(pool, kind, queued jobs), for `berth status`."""
+    rows = await conn.execute(
+        select(jobs.c.pool, jobs.c.kind, func.count())
+        .where(jobs.c.state == JobState.QUEUED)
+        .group_by(jobs.c.pool, jobs.c.kind)
+    )
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+async def queued(conn: AsyncConnection, *, limit: int) -> list[JobRecord]:
+    rows = await conn.execute(
+        select(*COLS).where(jobs.c.state == JobState.QUEUED).order_by(jobs.c.id).limit(limit)
+    )
+    return [JobRecord.of(r) for r in rows]
+
+
+async def output_after(conn: AsyncConnection, job_id: int, *, after: int, limit: int = 1000) -> list[OutputChunk]:
+    rows = await conn.execute(
+        select(job_output.c.id, job_output.c.stream, job_output.c.data)
+        .where(job_output.c.job_id == job_id, job_output.c.id > after)
+        .order_by(job_output.c.id)
+        .limit(limit)
+    )
+    return [OutputChunk.of(r) for r in rows]
+
+
+async def states(conn: AsyncConnection, job_id: int) -> str | None:
+    row = (await conn.execute(select(jobs.c.state).where(jobs.c.id == job_id))).one_or_none()
+    return row[0] if row else None
+
+

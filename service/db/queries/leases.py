@@ -1,0 +1,276 @@
+"""SQL for leases: claiming queued jobs, fenced reports, expiry.
+
+Invariant (migration 0001): at most one live lease per job, enforced by the partial unique index
+`leases_one_live_per_job`. Every report is accepted only while (job, epoch, worker) is the live
+lease; a False/None result means stale, and the worker must kill its copy.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.core.placement import JobWant
+from service.core.states import DevicePolicy
+from service.db.records import JobRecord
+
+_JOB_COLS = ", ".join(f"jobs.{f}" for f in JobRecord.__dataclass_fields__)
+
+
+async def live_counts(conn: AsyncConnection, worker_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Live leases per worker per kind."""
+    rows = await conn.execute(
+        text(
+            "SELECT worker_id, kind, count(*) FROM leases "
+            "WHERE state = 'live' AND worker_id = ANY(CAST(:ids AS uuid[])) GROUP BY worker_id, kind"
+        ),
+        {"ids": list(worker_ids)},
+    )
+    out: dict[str, dict[str, int]] = {}
+    for worker_id, kind, n in rows:
+        out.setdefault(str(worker_id), {})[kind] = n
+    return out
+
+
+async def candidates(
+    conn: AsyncConnection, *, kinds: Sequence[str], pools: Sequence[str], per_tenant: int, limit: int
+) -> list[JobWant]:
+    """Queued jobs in fairness order: fewest running per tenant, then priority, then age.
+
+    The k-th queued job of a tenant ranks as if its tenant already ran k-1 more jobs, so one
+    pass hands slots out round-robin over tenants, weighted by what each already runs.
+    """
+    rows = await conn.execute(
+        text(
+            """
+            WITH t AS (
+                SELECT DISTINCT tenant FROM jobs WHERE state = 'queued'
+            ), running AS (
+                SELECT tenant, count(*) AS n FROM jobs
+                WHERE state IN ('leased', 'running') GROUP BY tenant
+            ), c AS (
+                SELECT q.*, row_number() OVER (PARTITION BY q.tenant ORDER BY q.priority DESC, q.id)
+                    AS rn
+                FROM t CROSS JOIN LATERAL (
+                    SELECT id, tenant, kind, pool, labels, device_policy, priority FROM jobs
+                    WHERE jobs.tenant = t.tenant AND jobs.state = 'queued'
+                      AND jobs.kind = ANY(:kinds)
+                      AND (jobs.pool IS NULL OR jobs.pool = ANY(:pools))
+                    ORDER BY priority DESC, id LIMIT :per_tenant
+                ) q
+            )
+            SELECT c.* FROM c LEFT JOIN running r USING (tenant)
+            ORDER BY coalesce(r.n, 0) + c.rn, c.priority DESC, c.id
+            LIMIT :limit
+            """
+        ),
+        {"kinds": list(kinds), "pools": list(pools), "per_tenant": per_tenant, "limit": limit},
+    )
+    return [
+        JobWant(
+            id=r.id,
+            tenant=r.tenant,
+            kind=r.kind,
+            pool=r.pool,
+            labels=frozenset(r.labels),
+            device_policy=DevicePolicy(r.device_policy),
+            priority=r.priority,
+        )
+        for r in rows
+    ]
+
+
+async def lock_queued(conn: AsyncConnection, job_ids: Sequence[int]) -> set[int]:
+    """Lock those still queued; skip any another server is granting right now."""
+    rows = await conn.execute(
+        text(
+            "SELECT id FROM jobs WHERE id = ANY(:ids) AND state = 'queued' "
+            "FOR UPDATE SKIP LOCKED"
+        ),
+        {"ids": list(job_ids)},
+    )
+    return {r[0] for r in rows}
+
+
+async def grant(
+    conn: AsyncConnection, assignments: Sequence[tuple[int, str, str]]
+) -> list[JobRecord]:
+    """Lease each (job_id, worker_id, worker_name) in one statement; the epoch is attempt + 1.
+
+    The jobs must be locked by `lock_queued` in this transaction.
+    """
+    if not assignments:
+        return []
+    rows = await conn.execute(
+        text(
+            f"""
+            WITH a AS (
+                SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:workers AS uuid[]),
+                                     CAST(:names AS text[])) AS a(job_id, worker_id, name)
+            ), j AS (
+                UPDATE jobs SET state = 'leased', attempt = jobs.attempt + 1, worker = a.name
+                FROM a WHERE jobs.id = a.job_id AND jobs.state = 'queued'
+                RETURNING {_JOB_COLS}, a.worker_id
+            ), l AS (
+                INSERT INTO leases (job_id, epoch, worker_id, kind)
+                SELECT id, attempt, worker_id, kind FROM j
+            )
+            SELECT * FROM j
+            """
+        ),
+        {
+            "jobs": [a[0] for a in assignments],
+            "workers": [a[1] for a in assignments],
+            "names": [a[2] for a in assignments],
+        },
+    )
+    return [JobRecord.of(r) for r in rows]
+
+
+async def mark_started(conn: AsyncConnection, *, job_id: int, epoch: int, worker_id: str) -> bool:
+    """leased -> running under the live lease. False: stale."""
+    row = await conn.execute(
+        text(
+            """
+            UPDATE jobs SET state = 'running', started_at = coalesce(started_at, now())
+            WHERE id = :job AND attempt = :epoch AND state IN ('leased', 'running')
+              AND EXISTS (SELECT 1 FROM leases WHERE job_id = :job AND epoch = :epoch
+                          AND worker_id = :worker AND state = 'live')
+            RETURNING id
+            """
+        ),
+        {"job": job_id, "epoch": epoch, "worker": worker_id},
+    )
+    return row.first() is not None
+
+
+async def add_output(
+    conn: AsyncConnection, *, job_id: int, epoch: int, worker_id: str, chunks: Sequence[tuple[str, str]]
+) -> bool:
+    """Keep output chunks (stream, data) if the lease is live. False: stale, nothing kept."""
+    row = await conn.execute(
+        text(
+            """
+            WITH ok AS (
+                SELECT 1 FROM leases WHERE job_id = :job AND epoch = :epoch
+                  AND worker_id = :worker AND state = 'live'
+            ), ins AS (
+                INSERT INTO job_output (job_id, epoch, stream, data)
+                SELECT :job, :epoch, s, d
+                FROM unnest(CAST(:streams AS text[]), CAST(:datas AS text[])) AS u(s, d)
+                WHERE EXISTS (SELECT 1 FROM ok)
+            )
+            SELECT EXISTS (SELECT 1 FROM ok)
+            """
+        ),
+        {
+            "job": job_id,
+            "epoch": epoch,
+            "worker": worker_id,
+            "streams": [c[0] for c in chunks],
+            "datas": [c[1] for c in chunks],
+        },
+    )
+    return bool(row.scalar_one())
+
+
+async def finish(
+    conn: AsyncConnection,
+    *,
+    job_id: int,
+    epoch: int,
+    worker_id: str,
+    state: str,
+    exit_code: int | None,
+    error: str,
+) -> str | None:
+    """Close the live lease with the job's result. Returns the tenant, or None when stale."""
+    row = await conn.execute(
+        text(
+            """
+            WITH l AS (
+                UPDATE leases SET state = 'done', ended_at = now()
+                WHERE job_id = :job AND epoch = :epoch AND worker_id = :worker AND state = 'live'
+                RETURNING job_id
+            )
+            UPDATE jobs SET state = :state, exit_code = :code, error = :error,
+                finished_at = now(), started_at = coalesce(started_at, now())
+            FROM l WHERE jobs.id = l.job_id AND jobs.attempt = :epoch
+            RETURNING jobs.tenant
+            """
+        ),
+        {
+            "job": job_id,
+            "epoch": epoch,
+            "worker": worker_id,
+            "state": state,
+            "code": exit_code,
+            "error": error,
+        },
+    )
+    found = row.first()
+    return found[0] if found else None
+
+
+async def live_of(conn: AsyncConnection, worker_id: str) -> list[tuple[int, int]]:
+    rows = await conn.execute(
+        text("SELECT job_id, epoch FROM leases WHERE worker_id = :w AND state = 'live'"),
+        {"w": worker_id},
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
+async def expire(
+    conn: AsyncConnection, *, worker_ids: Sequence[str], only: Sequence[tuple[int, int]] | None = None
+) -> list[dict[str, Any]]:
+    """Expire live leases of these workers (all, or `only` those (job, epoch)); re-queue jobs.
+
+    A job whose attempts are spent fails with "worker lost". Fenced by epoch: a job that has
+    moved on is left alone. Returns the jobs touched, with their new state.
+    """
+    only_jobs = [j for j, _ in only] if only is not None else None
+    only_epochs = [e for _, e in only] if only is not None else None
+    rows = await conn.execute(
+        text(
+            """
+            WITH l AS (
+                UPDATE leases SET state = 'expired', ended_at = now()
+                WHERE state = 'live' AND worker_id = ANY(CAST(:workers AS uuid[]))
+                  AND (CAST(:jobs AS bigint[]) IS NULL OR (job_id, epoch) IN (
+                        SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]))))
+                RETURNING job_id, epoch
+            )
+            UPDATE jobs SET
+                state = CASE WHEN jobs.attempt >= jobs.max_attempts THEN 'failed' ELSE 'queued' END,
+                error = CASE WHEN jobs.attempt >= jobs.max_attempts
+                        THEN 'worker lost' ELSE jobs.error END,
+                finished_at = CASE WHEN jobs.attempt >= jobs.max_attempts THEN now() END,
+                worker = CASE WHEN jobs.attempt >= jobs.max_attempts THEN jobs.worker END
+            FROM l WHERE jobs.id = l.job_id AND jobs.attempt = l.epoch
+              AND jobs.state IN ('leased', 'running')
+            RETURNING jobs.id, jobs.state, l.epoch
+            """
+        ),
+        {"workers": list(worker_ids), "jobs": only_jobs, "epochs": only_epochs},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+async def live_among(
+    conn: AsyncConnection, *, worker_id: str, held: Sequence[tuple[int, int]]
+) -> set[tuple[int, int]]:
+    """Which of the (job, epoch) pairs a worker says it holds are its live leases."""
+    if not held:
+        return set()
+    rows = await conn.execute(
+        text(
+            """
+            SELECT job_id, epoch FROM leases
+            WHERE worker_id = :w AND state = 'live' AND (job_id, epoch) IN (
+                SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[])))
+            """
+        ),
+        {"w": worker_id, "jobs": [h[0] for h in held], "epochs": [h[1] for h in held]},
+    )
+    return {(r[0], r[1]) for r in rows}

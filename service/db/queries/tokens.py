@@ -1,0 +1,74 @@
+"""SQL for berth's bearer tokens. Only hashes are stored."""
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.db.records import TokenRecord
+from service.db.schema import tokens
+
+_COLS = [tokens.c[f] for f in TokenRecord.__dataclass_fields__]
+
+
+async def create(
+    conn: AsyncConnection,
+    *,
+    name: str,
+    kind: str,
+    digest: bytes,
+    tenants: list[str],
+    created_by: str,
+    expires_days: float,
+) -> TokenRecord:
+    """Insert a token; raises Conflict (translated) when a live token already has the name."""
+    row = (
+        await conn.execute(
+            insert(tokens)
+            .values(
+                name=name,
+                kind=kind,
+                hash=digest,
+                tenants=tenants,
+                created_by=created_by,
+                expires_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, expires_days * 86400),
+            )
+            .returning(*_COLS)
+        )
+    ).one()
+    return TokenRecord.of(row)
+
+
+async def by_digest(conn: AsyncConnection, digest: bytes) -> tuple[TokenRecord, bool] | None:
+    """The token with this hash and whether it is usable now (not revoked, not expired)."""
+    row = (
+        await conn.execute(
+            select(*_COLS, (tokens.c.expires_at > func.now()).label("fresh")).where(
+                tokens.c.hash == digest
+            )
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    return TokenRecord.of(row), bool(row.fresh) and row.revoked_at is None
+
+
+async def list_all(conn: AsyncConnection) -> list[TokenRecord]:
+    rows = await conn.execute(select(*_COLS).order_by(tokens.c.id))
+    return [TokenRecord.of(r) for r in rows]
+
+
+async def revoke(conn: AsyncConnection, *, name: str) -> TokenRecord | None:
+    """Revoke the live token called `name`; None when there is none."""
+    row = (
+        await conn.execute(
+            update(tokens)
+            .where(tokens.c.name == name, tokens.c.revoked_at.is_(None))
+            .values(revoked_at=func.now())
+            .returning(*_COLS)
+        )
+    ).one_or_none()
+    return TokenRecord.of(row) if row else None
+
+
+async def any_admin(conn: AsyncConnection) -> bool:
+    row = await conn.execute(select(tokens.c.id).where(tokens.c.kind == "admin").limit(1))
+    return row.first() is not None

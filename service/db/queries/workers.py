@@ -1,0 +1,188 @@
+"""SQL for workers: attach, heartbeats (batched), silence, operator states."""
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.db.records import WorkerRecord
+
+WORKERS_CHANNEL = "berth_workers_v1"
+
+_SELECT = """
+    SELECT id::text AS id, name, pool, state, liveness, instance, server_id, labels, parallel, host, python,
+           env_digest, version, attached_at, last_seen_at,
+           extract(epoch FROM clock_timestamp() - last_seen_at)::float8 AS seen_seconds_ago
+    FROM workers
+"""
+
+
+async def attach(
+    conn: AsyncConnection,
+    *,
+    name: str,
+    pool: str,
+    instance: str,
+    server_id: str,
+    labels: Sequence[str],
+    parallel: int,
+    host: dict[str, Any],
+    python: str,
+    env_digest: str,
+    version: str,
+) -> tuple[WorkerRecord, str | None]:
+    """Insert or refresh the worker named `name`; returns it and its previous instance (or None)."""
+    row = (
+        await conn.execute(
+            text(
+                """
+                WITH prev AS (SELECT instance FROM workers WHERE name = :name FOR UPDATE)
+                INSERT INTO workers AS w (id, name, pool, instance, server_id, labels, parallel,
+                    host, python, env_digest, version, liveness, attached_at, last_seen_at)
+                VALUES (:id, :name, :pool, :instance, :server, :labels, :parallel,
+                    CAST(:host AS jsonb), :python, :env_digest, :version, 'ok',
+                    clock_timestamp(), clock_timestamp())
+                ON CONFLICT (name) DO UPDATE SET pool = EXCLUDED.pool,
+                    instance = EXCLUDED.instance, server_id = EXCLUDED.server_id,
+                    labels = EXCLUDED.labels, parallel = EXCLUDED.parallel, host = EXCLUDED.host,
+                    python = EXCLUDED.python, env_digest = EXCLUDED.env_digest,
+                    version = EXCLUDED.version, liveness = 'ok',
+                    attached_at = clock_timestamp(), last_seen_at = clock_timestamp()
+                RETURNING w.id, (SELECT instance FROM prev) AS previous
+                """
+            ),
+            {
+                "id": str(uuid.uuid4()),
+                "name": name,
+                "pool": pool,
+                "instance": instance,
+                "server": server_id,
+                "labels": list(labels),
+                "parallel": parallel,
+                "host": json.dumps(host),
+                "python": python,
+                "env_digest": env_digest,
+                "version": version,
+            },
+        )
+    ).one()
+    worker = await get(conn, name=name)
+    assert worker is not None  # just written in this transaction
+    return worker, row.previous
+
+
+async def get(conn: AsyncConnection, *, name: str) -> WorkerRecord | None:
+    row = (await conn.execute(text(_SELECT + " WHERE name = :n"), {"n": name})).one_or_none()
+    return WorkerRecord.of(row) if row else None
+
+
+async def list_all(conn: AsyncConnection) -> list[WorkerRecord]:
+    rows = await conn.execute(text(_SELECT + " ORDER BY name"))
+    return [WorkerRecord.of(r) for r in rows]
+
+
+async def beat_many(
+    conn: AsyncConnection, *, server_id: str, beats: Sequence[tuple[str, dict[str, Any]]]
+) -> set[str]:
+    """Record heartbeats (worker id, host sample) in one statement; returns ids written.
+
+    A worker whose row names another server is not written: it re-attached elsewhere, and this
+    connection is a stale one to be closed.
+    """
+    if not beats:
+        return set()
+    rows = await conn.execute(
+        text(
+            """
+            UPDATE workers SET last_seen_at = clock_timestamp(), host = CAST(v.host AS jsonb),
+                liveness = 'ok'
+            FROM unnest(CAST(:ids AS uuid[]), CAST(:hosts AS text[])) AS v(id, host)
+            WHERE workers.id = v.id AND workers.server_id = :server
+            RETURNING workers.id
+            """
+        ),
+        {
+            "server": server_id,
+            "ids": [b[0] for b in beats],
+            "hosts": [json.dumps(b[1]) for b in beats],
+        },
+    )
+    return {str(r[0]) for r in rows}
+
+
+async def detach(conn: AsyncConnection, *, worker_id: str, server_id: str, gone: bool) -> None:
+    """This server no longer holds the worker's socket. `gone`: it left on purpose."""
+    await conn.execute(
+        text(
+            """
+            UPDATE workers SET server_id = NULL,
+                liveness = CASE WHEN :gone THEN 'gone' ELSE liveness END
+            WHERE id = :id AND server_id = :server
+            """
+        ),
+        {"id": worker_id, "server": server_id, "gone": gone},
+    )
+
+
+async def set_state(conn: AsyncConnection, *, name: str, state: str) -> WorkerRecord | None:
+    row = (
+        await conn.execute(
+            text("UPDATE workers SET state = :s WHERE name = :n RETURNING name"),
+            {"s": state, "n": name},
+        )
+    ).one_or_none()
+    return await get(conn, name=name) if row else None
+
+
+async def mark_unreachable(conn: AsyncConnection, *, after: float) -> list[str]:
+    """Stage 1: attached-looking workers silent for `after` seconds. Returns their names."""
+    rows = await conn.execute(
+        text(
+            """
+            UPDATE workers SET liveness = 'unreachable'
+            WHERE liveness = 'ok'
+              AND last_seen_at < clock_timestamp() - make_interval(secs => :after)
+            RETURNING name
+            """
+        ),
+        {"after": after},
+    )
+    return [r[0] for r in rows]
+
+
+async def mark_lost(conn: AsyncConnection, *, after: float) -> list[tuple[str, str]]:
+    """Stage 2: silent for `after` seconds and still alive-looking or holding leases.
+
+    Returns (id, name) of workers whose leases must now expire.
+    """
+    rows = await conn.execute(
+        text(
+            """
+            UPDATE workers SET liveness = CASE WHEN liveness = 'gone' THEN 'gone' ELSE 'lost' END
+            WHERE last_seen_at < clock_timestamp() - make_interval(secs => :after)
+              AND (liveness IN ('ok', 'unreachable')
+                   OR EXISTS (SELECT 1 FROM leases
+                              WHERE leases.worker_id = workers.id AND leases.state = 'live'))
+            RETURNING id, name
+            """
+        ),
+        {"after": after},
+    )
+    return [(str(r[0]), r[1]) for r in rows]
+
+
+async def notify(conn: AsyncConnection, payload: dict[str, Any]) -> None:
+    """Tell every server about a worker (cancel, drain, revoke); the holder of its socket acts."""
+    await conn.execute(
+        text("SELECT pg_notify(:ch, :p)"), {"ch": WORKERS_CHANNEL, "p": json.dumps(payload)}
+    )
+
+
+async def by_ids(conn: AsyncConnection, ids: Sequence[str]) -> list[WorkerRecord]:
+    rows = await conn.execute(
+        text(_SELECT + " WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": list(ids)}
+    )
+    return [WorkerRecord.of(r) for r in rows]

@@ -1,0 +1,80 @@
+"""Frozen records that queries return. Never ORM instances: nothing lazy-loads after a query."""
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, Self
+
+from sqlalchemy import Row
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    @classmethod
+    def of(cls, row: Row[Any]) -> Self:
+        m = row._mapping
+        return cls(**{f.name: m[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord(Record):
+    id: int
+    name: str
+    kind: str
+    tenants: list[str]
+    created_by: str
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord(Record):
+    id: int
+    tenant: str
+    state: str
+    kind: str
+    pool: str | None
+    labels: list[str]
+    device_policy: str
+    command: list[str]
+    python: str
+    env: dict[str, str]
+    secrets: dict[str, str]
+    timeout_seconds: float
+    max_attempts: int
+    attempt: int
+    priority: int
+    worker: str | None
+    exit_code: int | None
+    error: str
+    created_by: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord(Record):
+    id: str
+    name: str
+    pool: str
+    state: str
+    liveness: str
+    instance: str
+    server_id: str | None
+    labels: list[str]
+    parallel: int
+    host: dict[str, Any]
+    python: str
+    env_digest: str
+    version: str
+    attached_at: datetime
+    last_seen_at: datetime
+    seen_seconds_ago: float
+
+
+@dataclass(frozen=True, slots=True)
+class OutputChunk(Record):
+    id: int
+    stream: str
+    data: str

@@ -1,0 +1,200 @@
+"""The worker side of the server: attach, fenced reports, heartbeats, detach, expiry.
+
+Every report names (job, epoch) and is accepted only while that is the worker's live lease;
+a refused report means the worker must kill its copy (`StaleEpoch`). Nothing a stale copy
+sends is kept.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from service import protocol
+from service.auth.callers import Caller, Kind
+from service.core.errors import Forbidden, StaleEpoch
+from service.core.placement import PoolSpec
+from service.core.states import JobState
+from service.db.engine import Database
+from service.db.queries import jobs as jobs_q
+from service.db.queries import leases as leases_q
+from service.db.queries import workers as workers_q
+from service.db.records import WorkerRecord
+from service.domain import audit
+
+log = structlog.get_logger(__name__)
+
+RESULT_STATES = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.CANCELLED}
+)
+
+
+class Refusal(Forbidden):
+    """The worker may not attach; the reason is sent to it and it exits non-zero."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attached:
+    worker: WorkerRecord
+    drop: tuple[tuple[int, int], ...]  # held copies whose lease is gone: kill them
+    freed: int  # live leases it no longer holds, freed at once
+
+
+async def attach(
+    db: Database,
+    caller: Caller,
+    hello: protocol.Hello,
+    *,
+    server_id: str,
+    pools: Mapping[str, PoolSpec],
+    version: str,
+) -> Attached:
+    """Admit a worker, or raise Refusal with the reason it will print."""
+    if caller.kind is not Kind.WORKER:
+        raise Refusal("only a worker credential may attach as a worker")
+    if hello.protocol != protocol.PROTOCOL_VERSION:
+        raise Refusal(
+            f"protocol {hello.protocol} is not the server's ({protocol.PROTOCOL_VERSION}); "
+            "install the server's berth version"
+        )
+    if hello.pool not in pools:
+        raise Refusal(f"unknown pool {hello.pool!r}; the server has {', '.join(sorted(pools))}")
+    async with db.begin() as conn:
+        worker, previous = await workers_q.attach(
+            conn,
+            name=caller.name,
+            pool=hello.pool,
+            instance=hello.instance,
+            server_id=server_id,
+            labels=hello.labels,
+            parallel=hello.parallel,
+            host=_host(hello.host),
+            python=hello.python,
+            env_digest=hello.env_digest,
+            version=hello.berth_version,
+        )
+        for result in hello.results:
+            await _finish(conn, worker, result)
+        held = [(j, e) for j, e in hello.held]
+        live_held = await leases_q.live_among(conn, worker_id=worker.id, held=held)
+        # A lease the worker does not hold is running nowhere (a restarted worker holds none):
+        # free it now instead of waiting out the silence window.
+        live = set(await leases_q.live_of(conn, worker.id))
+        freed = await leases_q.expire(conn, worker_ids=[worker.id], only=sorted(live - live_held))
+        if freed:
+            await jobs_q.notify_jobs(conn)
+        await audit.record(conn, caller, "worker.attached", worker.name, pool=hello.pool)
+    log.info(
+        "worker_attached",
+        worker=worker.name,
+        pool=worker.pool,
+        restarted=previous not in (None, hello.instance),
+        freed=len(freed),
+    )
+    drop = tuple(sorted(set(held) - live_held))
+    return Attached(worker=worker, drop=drop, freed=len(freed))
+
+
+def _host(host: protocol.Host) -> dict[str, Any]:
+    return {
+        "cpus": host.cpus,
+        "load": host.load,
+        "free_memory_gb": host.free_memory_gb,
+        "free_disk_gb": host.free_disk_gb,
+        "gpus": list(host.gpus),
+    }
+
+
+def host_dict(host: protocol.Host) -> dict[str, Any]:
+    return _host(host)
+
+
+async def started(db: Database, worker: WorkerRecord, report: protocol.Started) -> None:
+    async with db.begin() as conn:
+        ok = await leases_q.mark_started(
+            conn, job_id=report.job, epoch=report.epoch, worker_id=worker.id
+        )
+    if not ok:
+        raise StaleEpoch(f"job {report.job} epoch {report.epoch} is not live here")
+
+
+async def output(
+    db: Database, worker: WorkerRecord, job: int, epoch: int, chunks: Sequence[tuple[str, str]]
+) -> None:
+    async with db.begin() as conn:
+        ok = await leases_q.add_output(
+            conn, job_id=job, epoch=epoch, worker_id=worker.id, chunks=chunks
+        )
+    if not ok:
+        raise StaleEpoch(f"job {job} epoch {epoch} is not live here")
+
+
+async def finished(db: Database, worker: WorkerRecord, report: protocol.Finished) -> None:
+    async with db.begin() as conn:
+        await _finish(conn, worker, report)
+
+
+async def _finish(conn: Any, worker: WorkerRecord, report: protocol.Finished) -> None:
+    state = JobState(report.state) if report.state in RESULT_STATES else JobState.FAILED
+    tenant = await leases_q.finish(
+        conn,
+        job_id=report.job,
+        epoch=report.epoch,
+        worker_id=worker.id,
+        state=str(state),
+        exit_code=report.exit_code,
+        error=report.error[:2000],
+    )
+    if tenant is None:
+        log.warning("report_refused_stale_epoch", worker=worker.name, job=report.job, epoch=report.epoch)
+        raise StaleEpoch(f"job {report.job} epoch {report.epoch} is not live here")
+    await audit.record(
+        conn,
+        f"worker:{worker.name}",
+        "job.finished",
+        str(report.job),
+        tenant=tenant,
+        state=str(state),
+        exit_code=report.exit_code,
+        epoch=report.epoch,
+    )
+
+
+async def beats(
+    db: Database, *, server_id: str, beats: Sequence[tuple[str, protocol.Host]]
+) -> set[str]:
+    """Record many heartbeats in one statement; returns the worker ids written."""
+    async with db.begin() as conn:
+        return await workers_q.beat_many(
+            conn, server_id=server_id, beats=[(w, _host(h)) for w, h in beats]
+        )
+
+
+async def detach(db: Database, *, worker_id: str, server_id: str, gone: bool) -> None:
+    async with db.begin() as conn:
+        await workers_q.detach(conn, worker_id=worker_id, server_id=server_id, gone=gone)
+
+
+async def holds_nothing(db: Database, worker_id: str) -> bool:
+    async with db.begin() as conn:
+        return not await leases_q.live_of(conn, worker_id)
+
+
+async def expire_silent(db: Database, *, unreachable: float, evict: float) -> dict[str, int]:
+    """The two stages of silence, one pass: mark unreachable, then expire leases of the lost."""
+    async with db.begin() as conn:
+        unreachable_now = await workers_q.mark_unreachable(conn, after=unreachable)
+        lost = await workers_q.mark_lost(conn, after=unreachable + evict)
+        moved: list[dict[str, Any]] = []
+        if lost:
+            moved = await leases_q.expire(conn, worker_ids=[w for w, _ in lost])
+            if moved:
+                await jobs_q.notify_jobs(conn)
+            for _, name in lost:
+                await audit.record(conn, "service:berth", "worker.lost", name)
+    for name in unreachable_now:
+        log.warning("worker_unreachable", worker=name)
+    for _, name in lost:
+        log.warning("worker_lost", worker=name, leases_expired=len(moved))
+    return {"unreachable": len(unreachable_now), "lost": len(lost), "requeued": len(moved)}

@@ -1,0 +1,116 @@
+"""Tokens: create, list, revoke, and turning a presented bearer token into a Caller."""
+
+import re
+
+from service.auth import tokens as tokens_auth
+from service.auth.callers import Caller, Kind, Role
+from service.core.errors import Invalid, NotFound, Unauthenticated
+from service.core.states import TokenKind
+from service.db.engine import Database
+from service.db.queries import jobs as jobs_q
+from service.db.queries import tokens as tokens_q
+from service.db.queries import workers as workers_q
+from service.db.records import TokenRecord
+from service.domain import audit
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+DEFAULT_TENANT = "default"
+
+
+def check_name(name: str, what: str = "name") -> str:
+    if not NAME.match(name):
+        raise Invalid(
+            f"{what} {name!r} must be 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+async def create(
+    db: Database,
+    caller: Caller,
+    *,
+    name: str,
+    kind: str,
+    tenants: list[str],
+    expires_days: float,
+    request_id: str = "",
+) -> tuple[str, TokenRecord]:
+    """Mint a token; returns (the token, shown once, and its record)."""
+    check_name(name)
+    try:
+        token_kind = TokenKind(kind)
+    except ValueError:
+        raise Invalid(f"kind must be one of admin, service, worker; got {kind!r}") from None
+    if not 0 < expires_days <= 3650:
+        raise Invalid("expires must be between 0 and 3650 days")
+    for t in tenants:
+        check_name(t, "tenant")
+    if token_kind is TokenKind.SERVICE and not tenants:
+        tenants = [DEFAULT_TENANT]
+    token = tokens_auth.mint()
+    async with db.begin() as conn:
+        await jobs_q.ensure_tenants(conn, tenants)
+        record = await tokens_q.create(
+            conn,
+            name=name,
+            kind=str(token_kind),
+            digest=tokens_auth.digest(token),
+            tenants=sorted(set(tenants)),
+            created_by=str(caller),
+            expires_days=expires_days,
+        )
+        await audit.record(conn, caller, "token.created", name, request_id=request_id, kind=kind)
+    return token, record
+
+
+async def list_all(db: Database) -> list[TokenRecord]:
+    async with db.begin() as conn:
+        return await tokens_q.list_all(conn)
+
+
+async def revoke(db: Database, caller: Caller, *, name: str, request_id: str = "") -> TokenRecord:
+    """Revoke; a worker using it is told to leave by the server holding its socket."""
+    async with db.begin() as conn:
+        record = await tokens_q.revoke(conn, name=name)
+        if record is None:
+            raise NotFound(f"no live token named {name!r}")
+        if record.kind == TokenKind.WORKER:
+            await workers_q.notify(conn, {"op": "revoke", "worker": name})
+        await audit.record(conn, caller, "token.revoked", name, request_id=request_id)
+    return record
+
+
+async def authenticate(db: Database, token: str) -> Caller:
+    """The caller a bearer token stands for; Unauthenticated if unknown, revoked or expired."""
+    if not tokens_auth.looks_like(token):
+        raise Unauthenticated("a berth token (brt_…) is required")
+    async with db.begin() as conn:
+        found = await tokens_q.by_digest(conn, tokens_auth.digest(token))
+    if found is None:
+        raise Unauthenticated("unknown token")
+    record, usable = found
+    if not usable:
+        raise Unauthenticated("token revoked" if record.revoked_at else "token expired")
+    return caller_of(record)
+
+
+def caller_of(record: TokenRecord) -> Caller:
+    kind = TokenKind(record.kind)
+    if kind is TokenKind.ADMIN:
+        return Caller(Kind.HUMAN, record.name, Role.ADMIN, frozenset(record.tenants))
+    if kind is TokenKind.WORKER:
+        return Caller(Kind.WORKER, record.name, Role.WORKER, frozenset())
+    return Caller(Kind.SERVICE, record.name, Role.MEMBER, frozenset(record.tenants))
+
+
+async def ensure_admin(db: Database) -> str | None:
+    """On first start: mint an admin token and return it; None when one exists already."""
+    async with db.begin() as conn:
+        if await tokens_q.any_admin(conn):
+            return None
+    token, _ = await create(db, SYSTEM, name="admin", kind="admin", tenants=[], expires_days=3650)
+    return token
+
+
+SYSTEM = Caller(Kind.SERVICE, "berth", Role.ADMIN, frozenset())

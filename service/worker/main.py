@@ -1,0 +1,267 @@
+"""`berth worker`: dial the server, say hello, run leases, beat, reconnect with backoff.
+
+A session is one websocket: hello -> welcome (or refused: stop every job, exit non-zero with
+the reason). Results that were sent but not acknowledged are kept and resent in the next hello,
+so a server restart loses none. The watchdog kills every job once no ack came for
+unreachable + evict - 2 * heartbeat seconds: the copy is dead before the lease can move.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from service import __version__, protocol
+from service.worker import host
+from service.worker.runner import Outcome, Run
+
+log = logging.getLogger("berth.worker")
+
+BACKOFF_START = 0.2
+BACKOFF_MAX = 10.0
+
+
+class Refused(Exception):
+    """The server refused this worker for good; the message is its reason."""
+
+
+@dataclass(frozen=True)
+class Options:
+    server: str
+    token: str
+    pool: str
+    home: Path
+    labels: tuple[str, ...] = ()
+    parallel: int = 0
+    python: str = sys.executable
+    name: str = ""
+
+
+@dataclass
+class Worker:
+    opts: Options
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex)
+    runs: dict[tuple[int, int], Run] = field(default_factory=dict)
+    results: dict[tuple[int, int], protocol.Finished] = field(default_factory=dict)
+    outbox: asyncio.Queue[protocol.Frame] = field(default_factory=asyncio.Queue)
+    welcome: protocol.Welcome | None = None
+    last_ack: float = field(default_factory=time.monotonic)
+    exit_code: int | None = None
+    exit_reason: str = ""
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _gpus: tuple[str, ...] = ()
+    _digest: str = ""
+
+    # -- the outer loop ----------------------------------------------------------------------
+    async def run(self) -> int:
+        self._gpus = await asyncio.to_thread(host.gpus)
+        self._digest = await asyncio.to_thread(host.env_digest)
+        watchdog = asyncio.create_task(self._watchdog())
+        backoff = BACKOFF_START
+        try:
+            while self.exit_code is None:
+                try:
+                    await self._session()
+                    backoff = BACKOFF_START
+                except Refused as exc:
+                    print(f"berth worker: refused by the server: {exc}", file=sys.stderr)
+                    await self._stop_all("refused")
+                    return 2
+                except (OSError, ConnectionClosed, InvalidStatus, TimeoutError) as exc:
+                    if isinstance(exc, InvalidStatus) and exc.response.status_code in (401, 403):
+                        print(f"berth worker: refused by the server: {_body(exc)}", file=sys.stderr)
+                        await self._stop_all("refused")
+                        return 2
+                    log.warning("connection lost (%s); retrying in %.1fs", exc, backoff)
+                if self.exit_code is not None:
+                    break
+                await asyncio.sleep(backoff * (0.5 + random.random()))  # noqa: S311  (jitter)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+        finally:
+            watchdog.cancel()
+        if self.exit_code:
+            await self._stop_all("exit")
+            print(f"berth worker: {self.exit_reason}", file=sys.stderr)
+        else:
+            await self._wait_all()
+            log.info("worker exiting: %s", self.exit_reason)
+        return self.exit_code or 0
+
+    def _url(self) -> str:
+        base = self.opts.server.rstrip("/")
+        if base.startswith("http"):
+            base = "ws" + base[4:]
+        return base + protocol.WORKER_PATH
+
+    async def _session(self) -> None:
+        headers = {"Authorization": f"Bearer {self.opts.token}"}
+        async with connect(
+            self._url(), additional_headers=headers, open_timeout=10, max_size=64 * 1024 * 1024
+        ) as ws:
+            await ws.send(protocol.encode(self._hello()).decode())
+            first = protocol.decode_to_worker(await asyncio.wait_for(ws.recv(), timeout=15))
+            if isinstance(first, protocol.Refused):
+                raise Refused(first.reason)
+            if not isinstance(first, protocol.Welcome):
+                raise Refused(f"unexpected first frame {type(first).__name__}")
+            self.welcome = first
+            self.last_ack = time.monotonic()
+            log.info("attached as %s (instance %s)", first.name, self.instance[:8])
+            for key in first.drop:
+                await self._kill(key, "fenced")
+            helpers = [asyncio.create_task(self._sender(ws)), asyncio.create_task(self._beater(ws))]
+            try:
+                await self._reader(ws)
+            finally:
+                for task in helpers:
+                    task.cancel()
+                await asyncio.gather(*helpers, return_exceptions=True)
+
+    def _hello(self) -> protocol.Hello:
+        return protocol.Hello(
+            protocol=protocol.PROTOCOL_VERSION,
+            berth_version=__version__,
+            pool=self.opts.pool,
+            instance=self.instance,
+            labels=self.opts.labels,
+            parallel=self.opts.parallel,
+            host=host.sample(self.opts.home, self._gpus),
+            python=self._python_version(),
+            env_digest=self._digest,
+            held=tuple(sorted(self.runs)),
+            results=tuple(self.results.values()),
+        )
+
+    def _python_version(self) -> str:
+        return ".".join(map(str, sys.version_info[:3]))
+
+    # -- one session's tasks ------------------------------------------------------------------
+    async def _reader(self, ws: ClientConnection) -> None:
+        async for raw in ws:
+            frame = protocol.decode_to_worker(raw)
+            match frame:
+                case protocol.Ack():
+                    self.last_ack = time.monotonic()
+                case protocol.Lease():
+                    self._start(frame)
+                case protocol.Cancel():
+                    await self._kill((frame.job, frame.epoch), "cancelled")
+                case protocol.Stale():
+                    self.results.pop((frame.job, frame.epoch), None)
+                    await self._kill((frame.job, frame.epoch), "fenced")
+                case protocol.ResultAck():
+                    self.results.pop((frame.job, frame.epoch), None)
+                case protocol.Exit():
+                    self.exit_code, self.exit_reason = frame.code, frame.reason
+                    if frame.code:
+                        await self._stop_all("exit")
+                    return
+                case protocol.Refused():
+                    raise Refused(frame.reason)
+                case protocol.Welcome():
+                    pass
+
+    async def _sender(self, ws: ClientConnection) -> None:
+        while True:
+            frame = await self.outbox.get()
+            await ws.send(protocol.encode(frame).decode())
+
+    async def _beater(self, ws: ClientConnection) -> None:
+        assert self.welcome is not None
+        seq = 0
+        while True:
+            seq += 1
+            sample = await asyncio.to_thread(host.sample, self.opts.home, self._gpus)
+            await ws.send(protocol.encode(protocol.Beat(seq=seq, host=sample)).decode())
+            await asyncio.sleep(self.welcome.heartbeat_seconds)
+
+    async def _watchdog(self) -> None:
+        """Self-fencing: no ack for the fence window -> kill every job before the lease moves."""
+        while True:
+            await asyncio.sleep(0.2)
+            w = self.welcome
+            if w is None or not self.runs:
+                continue
+            window = w.unreachable_seconds + w.evict_seconds - 2 * w.heartbeat_seconds
+            if time.monotonic() - self.last_ack > window:
+                log.warning("no ack for %.1fs: stopping %d job(s)", window, len(self.runs))
+                for key in list(self.runs):
+                    await self._kill(key, "fenced")
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def _start(self, lease: protocol.Lease) -> None:
+        key = (lease.job, lease.epoch)
+        if key in self.runs:
+            return
+        grace = self.welcome.kill_grace_seconds if self.welcome else 5.0
+        run = Run(
+            lease=lease,
+            workdir=self.opts.home / "work" / f"{lease.job}-{lease.epoch}",
+            python=self.opts.python,
+            grace=grace,
+            emit=lambda stream, data: self.outbox.put_nowait(
+                protocol.Output(job=lease.job, epoch=lease.epoch, stream=stream, data=data)
+            ),
+        )
+        self.runs[key] = run
+        task = asyncio.create_task(self._run(run))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, run: Run) -> None:
+        job, epoch = run.key
+        try:
+            outcome = await run.run(
+                lambda: self.outbox.put_nowait(protocol.Started(job=job, epoch=epoch))
+            )
+        except Exception as exc:  # a runner bug must still end in a report, never a silent slot
+            log.exception("job %s failed to run", job)
+            outcome = Outcome("failed", None, f"worker error: {exc}")
+        finally:
+            self.runs.pop(run.key, None)
+            run.cleanup()
+        if run._stop_reason == "fenced":  # noqa: SLF001
+            return  # the lease is not ours any more: report nothing
+        result = protocol.Finished(
+            job=job,
+            epoch=epoch,
+            state=outcome.state,
+            exit_code=outcome.exit_code,
+            error=outcome.error,
+        )
+        self.results[run.key] = result
+        self.outbox.put_nowait(result)
+
+    async def _kill(self, key: tuple[int, int], reason: str) -> None:
+        run = self.runs.get(key)
+        if run is not None:
+            log.info("stopping job %s epoch %s (%s)", key[0], key[1], reason)
+            await run.stop(reason)
+
+    async def _stop_all(self, reason: str) -> None:
+        await asyncio.gather(*(r.stop(reason) for r in list(self.runs.values())))
+        await self._wait_all()
+
+    async def _wait_all(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _body(exc: InvalidStatus) -> str:
+    with contextlib.suppress(ValueError, AttributeError):
+        return str(json.loads(exc.response.body or b"{}").get("error") or exc)
+    return str(exc)
+
+
+async def run(opts: Options) -> int:
+    """Run a worker until it is told to exit or refused; returns the process exit code."""
+    return await Worker(opts).run()
