@@ -54,6 +54,9 @@ class Peer(Protocol):
     async def enqueue_many(self, first: int, count: int) -> None:
         """Enqueue ``count`` jobs numbered from ``first``, as fast as the library allows."""
 
+    async def after_enqueue(self) -> None:
+        """Bring the store to steady state before workers start (e.g. ``ANALYZE`` the tables)."""
+
     async def completed(self, expected: int) -> int:
         """How many of ``expected`` jobs the library itself regards as done."""
 
@@ -84,6 +87,11 @@ def parser(system: str, defaults: Defaults) -> argparse.ArgumentParser:
         type=int,
         default=defaults.concurrency,
         help="jobs in flight per worker process",
+    )
+    p.add_argument(
+        "--no-analyze",
+        action="store_true",
+        help="drain: skip the ANALYZE after the bulk enqueue (cold planner statistics)",
     )
     p.add_argument(
         "--timeout",
@@ -176,6 +184,8 @@ async def drain(peer: Peer, args: argparse.Namespace, started_at: float) -> dict
         t_enqueue = time.time()
         await peer.enqueue_many(0, n)
         enqueue_s = time.time() - t_enqueue
+        if not args.no_analyze:
+            await peer.after_enqueue()
 
         _spawn_workers(peer, args, args.workers)
         if not await _wait(collector.wait_ready, args.workers, 30.0):
@@ -213,6 +223,7 @@ async def drain(peer: Peer, args: argparse.Namespace, started_at: float) -> dict
             "drain_s": round(last_finish - ready, 3),
             "acked_s": round(acked_at - ready, 3) if acked_at else None,
             "enqueue_jobs_per_s": round(n / enqueue_s, 1),
+            "analyzed": not args.no_analyze,
             "workers": args.workers,
             "concurrency": args.concurrency,
             "duplicates": collector.duplicates,

@@ -76,6 +76,9 @@ class CeleryPeer:
             for job in range(first, first + count):
                 noop.apply_async((job, time.time()), producer=producer)
 
+    async def after_enqueue(self) -> None:
+        pass  # Redis lists have no planner
+
     async def completed(self, expected: int) -> int:
         # Without results, the library's own record is the broker: nothing left in the queue and
         # nothing delivered-but-unacknowledged means every job was consumed and acked.

@@ -37,4 +37,5 @@ def create_app(rt: Runtime) -> Litestar:
         openapi_config=OpenAPIConfig(title="berth", version=rt.version, path="/schema"),
         state={"runtime": rt},  # type: ignore[arg-type]
         debug=False,
+        logging_config=None,  # structlog is configured by `berth serve` (service.log)
     )

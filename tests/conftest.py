@@ -1,0 +1,80 @@
+"""Fixtures: a Postgres for the run, a migrated template, a fresh database per test, and
+helpers to run `berth serve` and `berth worker` as real processes."""
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from service.db.engine import Database
+from tests import pg
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> Iterator[str]:
+    with pg.server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_url: str) -> Iterator[str]:
+    name = pg.make_template(pg_admin_url)
+    yield name
+    pg.drop_template(pg_admin_url, name)
+
+
+@pytest.fixture
+async def db_url(pg_admin_url: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test (a clone of the template)."""
+    name = await pg.clone(pg_admin_url, template_db)
+    yield pg.with_db(pg_admin_url, name)
+    await pg.admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[Database]:
+    database = Database(db_url)
+    yield database
+    await database.dispose()
+
+
+@pytest.fixture
+def sync_db_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+    """db_url for plain (non-async) tests that drive processes."""
+    name = asyncio.run(pg.clone(pg_admin_url, template_db))
+    yield pg.with_db(pg_admin_url, name)
+    asyncio.run(pg.admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def server_factory(tmp_path, sync_db_url):
+    """Start `berth serve` processes on this test's database; all are stopped at the end."""
+    from tests.procs import Server
+
+    started: list[Server] = []
+
+    def make(config: dict | None = None, *, builtin_worker: bool = True, name: str = "s") -> Server:
+        s = Server(home=tmp_path / name, db_url=sync_db_url, config=config or {},
+                   builtin_worker=builtin_worker)
+        started.append(s)
+        return s.start()
+
+    yield make
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def worker_factory(tmp_path):
+    from tests.procs import Worker
+
+    started: list[Worker] = []
+
+    def make(server, token: str, pool: str, *args: str, name: str = "w") -> Worker:
+        w = Worker(server=server, token=token, pool=pool, home=tmp_path / f"worker-{name}", args=args)
+        started.append(w)
+        return w.start()
+
+    yield make
+    for w in started:
+        w.stop()

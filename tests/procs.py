@@ -1,0 +1,184 @@
+"""Real `berth serve` and `berth worker` processes for end-to-end tests, on loopback."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+FAST = {
+    "executor": {
+        "heartbeat_seconds": 0.5,
+        "unreachable_seconds": 2.0,
+        "evict_seconds": 3.0,
+        "kill_grace_seconds": 1.0,
+        "loop_seconds": 0.25,
+    }
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@dataclass
+class Server:
+    home: Path
+    db_url: str | None
+    config: dict[str, Any] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    builtin_worker: bool = True
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
+        env.update(
+            BERTH_HOME=str(self.home),
+            BERTH_SERVER=self.url,
+            BERTH_CONFIG_JSON=json.dumps(merge(FAST, self.config)),
+            PYTHONUNBUFFERED="1",
+        )
+        if self.db_url:
+            env["BERTH_DATABASE_URL"] = self.db_url
+        env.update(extra)
+        return env
+
+    def start(self, timeout: float = 60) -> "Server":
+        self.home.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "service", "serve", "--listen", f"127.0.0.1:{self.port}"]
+        if not self.builtin_worker:
+            argv.append("--no-builtin-worker")
+        log = (self.home / "serve.log").open("ab")
+        self.proc = subprocess.Popen(argv, env=self.env(), stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"berth serve exited {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"berth serve not ready:\n{self.log()}")
+
+    def log(self) -> str:
+        path = self.home / "serve.log"
+        return path.read_text(errors="replace")[-6000:] if path.exists() else ""
+
+    @property
+    def token(self) -> str:
+        return (self.home / "admin.token").read_text().strip()
+
+    def cli(self, *args: str, token: str | None = None, timeout: float = 60, **env: str) -> Result:
+        extra = dict(env)
+        extra["BERTH_TOKEN"] = token or self.token
+        r = subprocess.run(
+            [sys.executable, "-m", "service", *args],
+            env=self.env(**extra),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return Result(r.returncode, r.stdout, r.stderr)
+
+    def api(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token or self.token}", **kw.pop("headers", {})}
+        return httpx.request(method, f"{self.url}{path}", headers=headers, timeout=30, **kw)
+
+    def worker_token(self, name: str) -> str:
+        r = self.cli("token", "create", name, "--kind", "worker")
+        assert r.code == 0, r.err
+        return r.out.strip()
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@dataclass
+class Worker:
+    server: Server
+    token: str
+    pool: str
+    home: Path
+    args: Sequence[str] = ()
+    proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> "Worker":
+        self.home.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "service", "worker", "--server", self.server.url]
+        argv += ["--pool", self.pool, *self.args]
+        env = self.server.env(BERTH_TOKEN=self.token, BERTH_HOME=str(self.home))
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        return self
+
+    def wait(self, timeout: float) -> Result:
+        assert self.proc is not None
+        out, err = self.proc.communicate(timeout=timeout)
+        return Result(self.proc.returncode, out, err)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def wait_for(predicate: Any, timeout: float, what: str, every: float = 0.1) -> Any:  # noqa: ANN401
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
