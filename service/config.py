@@ -23,16 +23,16 @@ class Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=T
     """Every section is strict and immutable."""
 
 
-class Database(Section):
+class Database(Section, frozen=True):
     url: str = ""  # empty: embedded Postgres under $BERTH_HOME/postgres
 
 
-class TLSFiles(Section):
+class TLSFiles(Section, frozen=True):
     cert: str
     key: str
 
 
-class Rule(Section):
+class Rule(Section, frozen=True):
     when: dict[str, str]
     caller: Literal["human", "service", "worker"] = "human"
     role: Literal["admin", "operator", "member", "viewer", "worker"] | None = None
@@ -41,7 +41,7 @@ class Rule(Section):
     tenant_prefix: str = ""  # ... keeping those with this prefix, prefix removed
 
 
-class Proxy(Section):
+class Proxy(Section, frozen=True):
     claims: dict[str, str] = msgspec.field(
         default_factory=lambda: {
             "user": "x-auth-request-user",
@@ -60,7 +60,7 @@ class Proxy(Section):
     audience: str = ""
 
 
-class Network(Section):
+class Network(Section, frozen=True):
     listen: str = "127.0.0.1:8443"
     url: str = ""  # the address workers dial (provisioned workers)
     tls: str | TLSFiles = ""  # "", "proxy" or {cert, key}
@@ -68,7 +68,7 @@ class Network(Section):
     proxy: Proxy = msgspec.field(default_factory=Proxy)
 
 
-class Executor(Section):
+class Executor(Section, frozen=True):
     heartbeat_seconds: float = 10.0  # a worker beats this often; the server acks each beat
     unreachable_seconds: float = 40.0  # stage 1: silent this long, no new lease
     evict_seconds: float = 300.0  # stage 2: unreachable this long, leases expire
@@ -76,11 +76,11 @@ class Executor(Section):
     loop_seconds: float = 1.0  # cadence of the leader's silence and sealing passes
 
 
-class Compute(Section):
+class Compute(Section, frozen=True):
     provider: Literal["process", "kubernetes", "modal"] = "process"
 
 
-class Provisioner(Section):
+class Provisioner(Section, frozen=True):
     max: int = 4
     idle_seconds: float = 300.0
     orphan_exit_seconds: float = 600.0
@@ -88,7 +88,7 @@ class Provisioner(Section):
     compute: Compute = msgspec.field(default_factory=Compute)
 
 
-class Pool(Section):
+class Pool(Section, frozen=True):
     slots: dict[str, int] = msgspec.field(default_factory=lambda: {"default": 2})
     max_load: float = 0.0
     min_memory_gb: float = 0.0
@@ -96,11 +96,11 @@ class Pool(Section):
     provisioner: Provisioner | None = None
 
 
-class Cas(Section):
+class Cas(Section, frozen=True):
     provider: Literal["local", "http", "cached", "s3"] = "local"
 
 
-class Config(Section):
+class Config(Section, frozen=True):
     database: Database = msgspec.field(default_factory=Database)
     network: Network = msgspec.field(default_factory=Network)
     executor: Executor = msgspec.field(default_factory=Executor)
@@ -128,7 +128,7 @@ def home(environ: Mapping[str, str] = os.environ) -> Path:
 
 
 def load(path: Path | None = None, *, environ: Mapping[str, str] = os.environ) -> Config:
-    """Read `path` (default $BERTH_HOME/berth.toml; absent is fine), merge the overlays, validate."""
+    """Read `path` (default $BERTH_HOME/berth.toml; may be absent), merge overlays, validate."""
     path = path or home(environ) / "berth.toml"
     raw: dict[str, Any] = {}
     if path.exists():
@@ -148,7 +148,9 @@ def load(path: Path | None = None, *, environ: Mapping[str, str] = os.environ) -
         raw = merge(raw, {"database": {"url": url}})
     try:
         config = msgspec.convert(raw, Config)
-    except msgspec.ValidationError as exc:  # "Object contains unknown field `lisen` - at `$.network`"
+    except (
+        msgspec.ValidationError
+    ) as exc:  # "Object contains unknown field `lisen` - at `$.network`"
         raise Invalid(f"{path}: {exc}") from None
     check(config)
     return config

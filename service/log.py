@@ -26,7 +26,9 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
     """Configure structlog and route stdlib logging (uvicorn, the worker) through it."""
     as_json = (not sys.stderr.isatty()) if json is None else json
     renderer: Any = (
-        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer()
+        if as_json
+        else structlog.dev.ConsoleRenderer(colors=False)
     )
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,

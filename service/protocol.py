@@ -25,7 +25,7 @@ class Host(msgspec.Struct, frozen=True, kw_only=True):
     gpus: tuple[str, ...] = ()
 
 
-class Finished(Frame, tag="finished.v1"):
+class Finished(Frame, tag="finished.v1", frozen=True):
     job: int
     epoch: int
     state: str  # succeeded | failed | timed_out | cancelled
@@ -33,7 +33,7 @@ class Finished(Frame, tag="finished.v1"):
     error: str = ""
 
 
-class Hello(Frame, tag="hello.v1"):
+class Hello(Frame, tag="hello.v1", frozen=True):
     protocol: int
     berth_version: str
     pool: str
@@ -48,24 +48,24 @@ class Hello(Frame, tag="hello.v1"):
     results: tuple[Finished, ...] = ()  # results sent but never acknowledged
 
 
-class Beat(Frame, tag="beat.v1"):
+class Beat(Frame, tag="beat.v1", frozen=True):
     seq: int
     host: Host
 
 
-class Started(Frame, tag="started.v1"):
+class Started(Frame, tag="started.v1", frozen=True):
     job: int
     epoch: int
 
 
-class Output(Frame, tag="output.v1"):
+class Output(Frame, tag="output.v1", frozen=True):
     job: int
     epoch: int
     stream: str  # stdout | stderr
     data: str
 
 
-class Welcome(Frame, tag="welcome.v1"):
+class Welcome(Frame, tag="welcome.v1", frozen=True):
     name: str
     heartbeat_seconds: float
     unreachable_seconds: float
@@ -74,15 +74,15 @@ class Welcome(Frame, tag="welcome.v1"):
     drop: tuple[tuple[int, int], ...] = ()  # held leases that are no longer live: kill them
 
 
-class Refused(Frame, tag="refused.v1"):
+class Refused(Frame, tag="refused.v1", frozen=True):
     reason: str  # shown to the operator by the worker before it exits non-zero
 
 
-class Ack(Frame, tag="ack.v1"):
+class Ack(Frame, tag="ack.v1", frozen=True):
     seq: int
 
 
-class Lease(Frame, tag="lease.v1"):
+class Lease(Frame, tag="lease.v1", frozen=True):
     job: int
     epoch: int
     kind: str
@@ -93,24 +93,24 @@ class Lease(Frame, tag="lease.v1"):
     timeout_seconds: float = 0.0  # 0: none
 
 
-class Cancel(Frame, tag="cancel.v1"):
+class Cancel(Frame, tag="cancel.v1", frozen=True):
     job: int
     epoch: int
 
 
-class Stale(Frame, tag="stale.v1"):
+class Stale(Frame, tag="stale.v1", frozen=True):
     """A report under this (job, epoch) was refused: the lease moved on, kill the copy."""
 
     job: int
     epoch: int
 
 
-class ResultAck(Frame, tag="result_ack.v1"):
+class ResultAck(Frame, tag="result_ack.v1", frozen=True):
     job: int
     epoch: int
 
 
-class Exit(Frame, tag="exit.v1"):
+class Exit(Frame, tag="exit.v1", frozen=True):
     reason: str
     code: int = 0
 

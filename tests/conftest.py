@@ -54,8 +54,12 @@ def server_factory(tmp_path, sync_db_url):
     started: list[Server] = []
 
     def make(config: dict | None = None, *, builtin_worker: bool = True, name: str = "s") -> Server:
-        s = Server(home=tmp_path / name, db_url=sync_db_url, config=config or {},
-                   builtin_worker=builtin_worker)
+        s = Server(
+            home=tmp_path / name,
+            db_url=sync_db_url,
+            config=config or {},
+            builtin_worker=builtin_worker,
+        )
         started.append(s)
         return s.start()
 
@@ -71,7 +75,9 @@ def worker_factory(tmp_path):
     started: list[Worker] = []
 
     def make(server, token: str, pool: str, *args: str, name: str = "w") -> Worker:
-        w = Worker(server=server, token=token, pool=pool, home=tmp_path / f"worker-{name}", args=args)
+        w = Worker(
+            server=server, token=token, pool=pool, home=tmp_path / f"worker-{name}", args=args
+        )
         started.append(w)
         return w.start()
 

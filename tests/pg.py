@@ -63,7 +63,9 @@ async def admin(url: str, *statements: str) -> None:
 
 def make_template(url: str) -> str:
     name = f"berth_tpl_{os.getpid()}"
-    asyncio.run(admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"'))
+    asyncio.run(
+        admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    )
     migrate.upgrade(with_db(url, name))
     return name
 

@@ -174,7 +174,7 @@ class Worker:
                 self.proc.wait()
 
 
-def wait_for(predicate: Any, timeout: float, what: str, every: float = 0.1) -> Any:  # noqa: ANN401
+def wait_for(predicate: Any, timeout: float, what: str, every: float = 0.1) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

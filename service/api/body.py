@@ -20,7 +20,7 @@ async def decode(request: Request[Any, Any, Any], kind: type[T] | Any) -> T:  # 
     if not raw.strip():
         raise Invalid("a JSON body is required")
     try:
-        return msgspec.json.decode(raw, type=kind)  # type: ignore[no-any-return]
+        return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:  # e.g. "Object contains unknown field `comand`"
         raise Invalid(f"invalid body: {exc}") from None
     except msgspec.DecodeError as exc:

@@ -1,16 +1,13 @@
 """The one authorization point: each handler's declared permission, checked for its caller."""
 
-from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
-from service.api.identity import identify
+from service.api.identity import Conn, identify
 from service.auth.permissions import Perm, allowed
 from service.core.errors import Forbidden
 
 
-async def require_perm(
-    connection: ASGIConnection[object, object, object, object], handler: BaseRouteHandler
-) -> None:
+async def require_perm(connection: Conn, handler: BaseRouteHandler) -> None:
     """Authenticate, then check opt["perm"]. A handler that declares nothing is refused."""
     if handler.opt.get("public") or connection.url.path.startswith("/schema"):
         return

@@ -1,5 +1,7 @@
-"""The workers attached to this server: their sockets, the dispatcher, heartbeat batching, and
-what NOTIFY tells this server about them (cancel, drain, revoke).
+"""The workers attached to this server.
+
+Their sockets, the dispatcher, heartbeat batching, and what NOTIFY tells this server about
+them (cancel, drain, revoke).
 
 One dispatcher task per server runs passes back to back whenever poked (a job was queued
 anywhere, a slot freed here, a worker attached), so a job reaches an idle worker in one pass.

@@ -4,6 +4,7 @@ Security: in token mode the claim headers are never read, whatever a client send
 """
 
 import uuid
+from typing import Any
 
 import structlog
 from litestar.connection import ASGIConnection
@@ -13,14 +14,16 @@ from service.auth.callers import Caller
 from service.core.errors import Unauthenticated
 from service.domain import tokens
 
+Conn = ASGIConnection[Any, Any, Any, Any]
 
-def runtime_of(connection: ASGIConnection[object, object, object, object]) -> Runtime:
+
+def runtime_of(connection: Conn) -> Runtime:
     rt = connection.app.state["runtime"]
     assert isinstance(rt, Runtime)
     return rt
 
 
-async def identify(connection: ASGIConnection[object, object, object, object]) -> Caller:
+async def identify(connection: Conn) -> Caller:
     """Resolve the caller once per connection; raise Unauthenticated with a reason."""
     cached = connection.scope.get("state", {}).get("caller")
     if isinstance(cached, Caller):
@@ -38,5 +41,5 @@ async def identify(connection: ASGIConnection[object, object, object, object]) -
     return caller
 
 
-def request_id(connection: ASGIConnection[object, object, object, object]) -> str:
+def request_id(connection: Conn) -> str:
     return str(connection.scope.get("state", {}).get("request_id", ""))

@@ -41,7 +41,7 @@ async def attach(socket: WebSocket[Any, Any, Any]) -> None:
         if not isinstance(hello, protocol.Hello):
             raise leasing.Refusal("the first frame must be hello")
         attached = await leasing.attach(
-            rt.db, caller, hello, server_id=rt.server_id, pools=rt.pools, version=rt.version
+            rt.db, caller, hello, server_id=rt.server_id, pools=rt.pools
         )
     except (BerthError, msgspec.ValidationError, msgspec.DecodeError) as exc:
         reason = exc.message if isinstance(exc, BerthError) else f"bad hello: {exc}"

@@ -12,7 +12,7 @@ def mint() -> str:
 
 
 def digest(token: str) -> bytes:
-    """What the database keeps. sha256 suffices: the token has 256 bits of entropy, no salt needed."""
+    """What the database keeps: sha256 suffices, as 256 random bits need no salt."""
     return hashlib.sha256(token.encode()).digest()
 
 

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from service.cli.client import CliError, Client, add_server_arg, print_json, table
+from service.cli.client import Client, CliError, add_server_arg, print_json, table
 from service.core.states import JobState, exit_status
 
 
@@ -171,8 +171,22 @@ def show(args: argparse.Namespace) -> int:
         print_json(job)
         return 0
     for key in (
-        "id", "state", "tenant", "pool", "kind", "labels", "worker", "attempt", "max_attempts",
-        "exit_code", "error", "created_by", "created_at", "started_at", "finished_at", "command",
+        "id",
+        "state",
+        "tenant",
+        "pool",
+        "kind",
+        "labels",
+        "worker",
+        "attempt",
+        "max_attempts",
+        "exit_code",
+        "error",
+        "created_by",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "command",
     ):
         value = job.get(key)
         if isinstance(value, list):

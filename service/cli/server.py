@@ -1,5 +1,8 @@
-"""The running server: one asyncio program of uvicorn, the hub, LISTEN, the leader's loops and
-the built-in worker, stopped together on SIGTERM/SIGINT."""
+"""The running server, one asyncio program.
+
+uvicorn, the hub, LISTEN, the leader's loops and the built-in worker, stopped together on
+SIGTERM/SIGINT.
+"""
 
 import asyncio
 import contextlib
@@ -55,7 +58,7 @@ def main(cfg: Config, *, host: str, port: int, builtin_worker: bool) -> int:
             embedded.stop()
 
 
-async def _serve(
+async def _serve(  # noqa: PLR0917  (called once, from main)
     cfg: Config, url: str, host: str, port: int, berth_home: Path, builtin_worker: bool
 ) -> int:
     try:
@@ -79,12 +82,17 @@ async def _serve(
         path.chmod(0o600)
         print(f"admin token (shown once, also in {path}):\n{admin}", flush=True)
     tls = cfg.network.tls
-    ssl: dict[str, str] = {}
-    if not isinstance(tls, str):
-        ssl = {"ssl_certfile": tls.cert, "ssl_keyfile": tls.key}
+    certfile, keyfile = (None, None) if isinstance(tls, str) else (tls.cert, tls.key)
     server = _Uvicorn(
         uvicorn.Config(
-            app, host=host, port=port, log_config=None, lifespan="off", ws_max_size=64 << 20, **ssl
+            app,
+            host=host,
+            port=port,
+            log_config=None,
+            lifespan="off",
+            ws_max_size=64 << 20,
+            ssl_certfile=certfile,
+            ssl_keyfile=keyfile,
         )
     )
     stop = asyncio.Event()
@@ -92,7 +100,7 @@ async def _serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     logger.info("serving", listen=f"{host}:{port}", server_id=rt.server_id, pid=os.getpid())
-    scheme = "https" if ssl else "http"
+    scheme = "https" if certfile else "http"
     async with asyncio.TaskGroup() as tg:
         web = tg.create_task(server.serve(), name="http")
         tg.create_task(hub.run(stop), name="hub")
@@ -110,7 +118,13 @@ async def _serve(
         )
         if builtin_worker:
             tg.create_task(
-                _builtin_worker(rt, f"{scheme}://{_dial(host)}:{port}", berth_home, stop, server),
+                _builtin_worker(
+                    rt,
+                    url=f"{scheme}://{_dial(host)}:{port}",
+                    berth_home=berth_home,
+                    stop=stop,
+                    server=server,
+                ),
                 name="builtin-worker",
             )
         await stop.wait()
@@ -128,10 +142,10 @@ def _dial(host: str) -> str:
 
 
 async def _builtin_worker(
-    rt: Runtime, url: str, berth_home: Path, stop: asyncio.Event, server: uvicorn.Server
+    rt: Runtime, *, url: str, berth_home: Path, stop: asyncio.Event, server: uvicorn.Server
 ) -> None:
     """The `serve` pool's worker: a fresh token each start (the old one is revoked)."""
-    while not server.started and not stop.is_set():
+    while not server.started and not stop.is_set():  # noqa: ASYNC110  (uvicorn offers no event)
         await asyncio.sleep(0.05)
     with contextlib.suppress(Exception):
         await tokens.revoke(rt.db, tokens.SYSTEM, name="serve")
@@ -153,4 +167,4 @@ async def _builtin_worker(
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
-    await worker._stop_all("server stopping")  # noqa: SLF001
+    await worker._stop_all("server stopping")

@@ -29,7 +29,12 @@ def create(args: argparse.Namespace) -> int:
     out = Client(args.server).call(
         "POST",
         "/api/v1/tokens",
-        {"name": args.name, "kind": args.kind, "tenants": args.tenants, "expires_days": args.expires},
+        {
+            "name": args.name,
+            "kind": args.kind,
+            "tenants": args.tenants,
+            "expires_days": args.expires,
+        },
     )
     if args.json:
         print_json(out)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.cli.client import CliError, Client, add_server_arg, home, print_json, table
+from service.cli.client import Client, CliError, add_server_arg, home, print_json, table
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -19,7 +19,9 @@ def add(sub: Any) -> None:  # noqa: ANN401
     p.add_argument("--pool", help="the pool this worker serves (to run one)")
     p.add_argument("--name", dest="worker_name", help="(the token's name is the worker's name)")
     p.add_argument("--labels", default="", help="comma-separated: a,b,k=v")
-    p.add_argument("--parallel", type=int, default=0, help="most jobs at once (0: the pool's slots)")
+    p.add_argument(
+        "--parallel", type=int, default=0, help="most jobs at once (0: the pool's slots)"
+    )
     p.add_argument("--python", default=sys.executable, help="interpreter for Python jobs")
     p.set_defaults(func=dispatch)
 
@@ -83,9 +85,16 @@ def list_workers(args: argparse.Namespace) -> int:
         slots = " ".join(f"{k}:{v['used']}/{v['total']}" for k, v in w["slots"].items()) or "-"
         rows.append(
             [
-                w["name"], w["pool"], w["state"], f"{w['seen_seconds_ago']:.0f}s ago", load,
-                _gb(w["free_memory_gb"]), _gb(w["free_disk_gb"]), slots,
-                ",".join(w["labels"]) or "-", w["no_lease"],
+                w["name"],
+                w["pool"],
+                w["state"],
+                f"{w['seen_seconds_ago']:.0f}s ago",
+                load,
+                _gb(w["free_memory_gb"]),
+                _gb(w["free_disk_gb"]),
+                slots,
+                ",".join(w["labels"]) or "-",
+                w["no_lease"],
             ]
         )
     table(

@@ -178,7 +178,9 @@ def _common(workers: Sequence[WorkerView]) -> frozenset[str]:
     return labels
 
 
-def _all_blocked(where: str, reasons: list[str], pools: Mapping[str, PoolSpec], pool: str | None) -> str:
+def _all_blocked(
+    where: str, reasons: list[str], pools: Mapping[str, PoolSpec], pool: str | None
+) -> str:
     words = {
         "load": "over max_load",
         "memory": "under min_memory_gb",

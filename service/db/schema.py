@@ -2,7 +2,6 @@
 
 from sqlalchemy import (
     BigInteger,
-
     Column,
     DateTime,
     Float,
@@ -45,7 +44,9 @@ tokens = Table(
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("name", String(128), nullable=False),
     Column("kind", String(16), nullable=False),
-    Column("hash", LargeBinary, nullable=False, unique=True),  # sha256 of the token; never the token
+    Column(
+        "hash", LargeBinary, nullable=False, unique=True
+    ),  # sha256 of the token; never the token
     Column("tenants", ARRAY(String(128)), nullable=False, server_default="{}"),
     Column("created_by", String(200), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
@@ -84,7 +85,11 @@ workers = Table(
     Column("version", String(32), nullable=False, server_default=""),
     Column("attached_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("last_seen_at", DateTime(timezone=True), nullable=False, server_default=NOW),
-    Index("ix_workers_silence", "last_seen_at", postgresql_where=text("liveness IN ('ok', 'unreachable')")),
+    Index(
+        "ix_workers_silence",
+        "last_seen_at",
+        postgresql_where=text("liveness IN ('ok', 'unreachable')"),
+    ),
 )
 
 jobs = Table(
@@ -138,7 +143,9 @@ leases = Table(
     Column("ended_at", DateTime(timezone=True)),
     UniqueConstraint("job_id", "epoch"),
     # The invariant the whole lease design rests on: at most one live lease per job.
-    Index("leases_one_live_per_job", "job_id", unique=True, postgresql_where=text("state = 'live'")),
+    Index(
+        "leases_one_live_per_job", "job_id", unique=True, postgresql_where=text("state = 'live'")
+    ),
     Index("ix_leases_live_worker", "worker_id", postgresql_where=text("state = 'live'")),
 )
 
@@ -184,4 +191,3 @@ secrets = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     UniqueConstraint("tenant", "name"),
 )
-

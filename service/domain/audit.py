@@ -16,7 +16,7 @@ async def record(
     *,
     tenant: str | None = None,
     request_id: str = "",
-    **detail: Any,
+    **detail: Any,  # noqa: ANN401  (JSON-able details, stored as jsonb)
 ) -> None:
     await audit_q.append(
         conn,

@@ -7,7 +7,6 @@ with SKIP LOCKED, and `leases_one_live_per_job` rejects any second live lease ou
 
 from collections.abc import Mapping, Sequence
 
-
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core import placement
@@ -75,5 +74,3 @@ async def _attached_everywhere(conn: AsyncConnection) -> list[placement.WorkerVi
         view_of(w, {}, attached=w.server_id is not None and w.liveness == Liveness.OK)
         for w in records
     ]
-
-

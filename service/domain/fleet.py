@@ -29,7 +29,9 @@ def host_of(raw: Mapping[str, Any]) -> HostSample | None:
     )
 
 
-def view_of(w: WorkerRecord, used: Mapping[str, int], *, attached: bool | None = None) -> WorkerView:
+def view_of(
+    w: WorkerRecord, used: Mapping[str, int], *, attached: bool | None = None
+) -> WorkerView:
     return WorkerView(
         id=w.id,
         name=w.name,
@@ -105,7 +107,11 @@ def _verb(state: WorkerState) -> str:
 
 
 def parse_state(verb: str) -> WorkerState:
-    states = {"drain": WorkerState.DRAINING, "disable": WorkerState.DISABLED, "enable": WorkerState.ACTIVE}
+    states = {
+        "drain": WorkerState.DRAINING,
+        "disable": WorkerState.DISABLED,
+        "enable": WorkerState.ACTIVE,
+    }
     if verb not in states:
         raise Invalid(f"unknown action {verb!r}; one of drain, disable, enable")
     return states[verb]

@@ -49,7 +49,7 @@ def _tenant_for(caller: Caller, wanted: str | None) -> str:
         return DEFAULT_TENANT
     if len(caller.tenants) == 1:
         return next(iter(caller.tenants))
-    raise Invalid("say which tenant: you hold several (--tenant / \"tenant\")")
+    raise Invalid('say which tenant: you hold several (--tenant / "tenant")')
 
 
 def validate(spec: JobSpec, caller: Caller, pools: Mapping[str, PoolSpec]) -> dict[str, Any]:

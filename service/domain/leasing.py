@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service import protocol
 from service.auth.callers import Caller, Kind
@@ -48,7 +49,6 @@ async def attach(
     *,
     server_id: str,
     pools: Mapping[str, PoolSpec],
-    version: str,
 ) -> Attached:
     """Admit a worker, or raise Refusal with the reason it will print."""
     if caller.kind is not Kind.WORKER:
@@ -135,7 +135,7 @@ async def finished(db: Database, worker: WorkerRecord, report: protocol.Finished
         await _finish(conn, worker, report)
 
 
-async def _finish(conn: Any, worker: WorkerRecord, report: protocol.Finished) -> None:
+async def _finish(conn: AsyncConnection, worker: WorkerRecord, report: protocol.Finished) -> None:
     state = JobState(report.state) if report.state in RESULT_STATES else JobState.FAILED
     tenant = await leases_q.finish(
         conn,
@@ -147,7 +147,9 @@ async def _finish(conn: Any, worker: WorkerRecord, report: protocol.Finished) ->
         error=report.error[:2000],
     )
     if tenant is None:
-        log.warning("report_refused_stale_epoch", worker=worker.name, job=report.job, epoch=report.epoch)
+        log.warning(
+            "report_refused_stale_epoch", worker=worker.name, job=report.job, epoch=report.epoch
+        )
         raise StaleEpoch(f"job {report.job} epoch {report.epoch} is not live here")
     await audit.record(
         conn,

@@ -82,7 +82,7 @@ class Worker:
                         await self._stop_all("refused")
                         return 2
                     log.warning("connection lost (%s); retrying in %.1fs", exc, backoff)
-                if self.exit_code is not None:
+                if self._told_to_exit():
                     break
                 await asyncio.sleep(backoff * (0.5 + random.random()))  # noqa: S311  (jitter)
                 backoff = min(backoff * 2, BACKOFF_MAX)
@@ -95,6 +95,9 @@ class Worker:
             await self._wait_all()
             log.info("worker exiting: %s", self.exit_reason)
         return self.exit_code or 0
+
+    def _told_to_exit(self) -> bool:
+        return self.exit_code is not None
 
     def _url(self) -> str:
         base = self.opts.server.rstrip("/")
@@ -229,7 +232,7 @@ class Worker:
         finally:
             self.runs.pop(run.key, None)
             run.cleanup()
-        if run._stop_reason == "fenced":  # noqa: SLF001
+        if run._stop_reason == "fenced":
             return  # the lease is not ours any more: report nothing
         result = protocol.Finished(
             job=job,

@@ -90,7 +90,9 @@ class Run:
 
     async def _wait(self) -> Outcome:
         proc = self._proc
-        assert proc is not None and proc.stdout is not None and proc.stderr is not None
+        assert proc is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
         pumps = asyncio.gather(self._pump(proc.stdout, "stdout"), self._pump(proc.stderr, "stderr"))
         timeout = self.lease.timeout_seconds or None
         try:

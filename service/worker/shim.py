@@ -1,5 +1,4 @@
-"""The job's group leader: runs the command in its process group and kills the whole group
-when the worker dies, even by kill -9.
+"""The job's group leader: kills the whole group when the worker dies, even by kill -9.
 
 Usage: python -m service.worker.shim FD -- ARGV...
 FD is the read end of a pipe whose write end only the worker holds. When the worker process
@@ -28,7 +27,7 @@ def main() -> int:
     argv = sys.argv[sys.argv.index("--") + 1 :]
     threading.Thread(target=_watch, args=(fd,), daemon=True).start()
     try:
-        child = subprocess.Popen(argv)  # noqa: S603
+        child = subprocess.Popen(argv)
     except OSError as exc:
         sys.stderr.write(f"berth: cannot run {argv[0]!r}: {exc.strerror}\n")
         return 127

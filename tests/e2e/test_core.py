@@ -32,7 +32,16 @@ class TestSubmitWait:
         w = s.cli("job", "wait", r.out.strip())
         assert w.code == 0
         shown = json.loads(s.cli("job", "show", r.out.strip(), "--json").out)
-        for key in ("id", "state", "attempt", "exit_code", "worker", "tenant", "created_by", "waiting_for"):
+        for key in (
+            "id",
+            "state",
+            "attempt",
+            "exit_code",
+            "worker",
+            "tenant",
+            "created_by",
+            "waiting_for",
+        ):
             assert key in shown
         assert shown["state"] == "succeeded" and shown["created_by"] == "human:admin"
 
@@ -43,10 +52,27 @@ class TestPlacement:
         s = server_factory(GPU)
         token = s.worker_token("gpu1")
         w = worker_factory(s, token, "gpu", "--labels", "cuda")
-        wait_for(lambda: any(x["name"] == "gpu1" and x["attached"] for x in
-                             json.loads(s.cli("worker", "list", "--json").out)), 20, "gpu1 attached")
-        r = s.cli("job", "submit", "--wait", "--pool", "gpu", "--label", "cuda", "--",
-                  "sh", "-c", "echo on $BERTH_JOB_ID")
+        wait_for(
+            lambda: any(
+                x["name"] == "gpu1" and x["attached"]
+                for x in json.loads(s.cli("worker", "list", "--json").out)
+            ),
+            20,
+            "gpu1 attached",
+        )
+        r = s.cli(
+            "job",
+            "submit",
+            "--wait",
+            "--pool",
+            "gpu",
+            "--label",
+            "cuda",
+            "--",
+            "sh",
+            "-c",
+            "echo on $BERTH_JOB_ID",
+        )
         assert r.code == 0 and r.out.startswith("on "), r.err
         ran = json.loads(s.cli("job", "list", "--json").out)[0]
         assert ran["worker"] == "gpu1"
@@ -72,7 +98,9 @@ class TestPlacement:
     def test_prefer_runs_without_the_label(self, server_factory):
         """device_policy prefer: with no worker carrying the label, any fitting worker runs it."""
         s = server_factory()
-        r = s.cli("job", "submit", "--wait", "--label", "cuda", "--device-policy", "prefer", "--", "true")
+        r = s.cli(
+            "job", "submit", "--wait", "--label", "cuda", "--device-policy", "prefer", "--", "true"
+        )
         assert r.code == 0, r.err
 
 
@@ -81,8 +109,14 @@ class TestRefusals:
         """Revoking a worker's token makes it exit non-zero with the reason, within a heartbeat."""
         s = server_factory(GPU)
         w = worker_factory(s, s.worker_token("gpu1"), "gpu")
-        wait_for(lambda: any(x["name"] == "gpu1" and x["attached"] for x in
-                             json.loads(s.cli("worker", "list", "--json").out)), 20, "attached")
+        wait_for(
+            lambda: any(
+                x["name"] == "gpu1" and x["attached"]
+                for x in json.loads(s.cli("worker", "list", "--json").out)
+            ),
+            20,
+            "attached",
+        )
         started = time.monotonic()
         assert s.cli("token", "revoke", "gpu1").code == 0
         r = w.wait(timeout=10)
@@ -140,8 +174,13 @@ class TestManyJobs:
             'echo "start $(date +%s.%N)" >> "$M/$BERTH_JOB_ID.$W"; sleep 0.02; '
             'echo "end $(date +%s.%N)" >> "$M/$BERTH_JOB_ID.$W"'
         )
-        jobs = [{"command": ["sh", "-c", script.replace("$M", str(marks)).replace("$W", "w")],
-                 "pool": "gpu"} for _ in range(200)]
+        jobs = [
+            {
+                "command": ["sh", "-c", script.replace("$M", str(marks)).replace("$W", "w")],
+                "pool": "gpu",
+            }
+            for _ in range(200)
+        ]
         r = s.api("POST", "/api/v1/jobs", json=jobs)
         assert r.status_code == 201, r.text
         ids = r.json()["ids"]

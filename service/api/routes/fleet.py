@@ -40,8 +40,10 @@ async def list_workers(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
 
 
 @post("/api/v1/workers/{name:str}/{action:str}", opt={"perm": Perm.FLEET_WRITE}, status_code=200)
-async def set_worker_state(request: Request[Any, Any, Any], name: str, action: str) -> dict[str, Any]:
-    """drain | disable | enable."""
+async def set_worker_state(
+    request: Request[Any, Any, Any], name: str, action: str
+) -> dict[str, Any]:
+    """Drain | disable | enable."""
     rt = runtime_of(request)
     caller = await identify(request)
     state = fleet.parse_state(action)

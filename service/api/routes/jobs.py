@@ -94,7 +94,7 @@ async def submit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     """Queue one job (an object) or many (a list); all or none."""
     rt = runtime_of(request)
     caller = await identify(request)
-    payload = await decode(request, JobBody | list[JobBody])
+    payload: JobBody | list[JobBody] = await decode(request, JobBody | list[JobBody])
     batch = isinstance(payload, list)
     bodies = payload if isinstance(payload, list) else [payload]
     created = await jobs.submit(
@@ -157,9 +157,16 @@ async def logs(
                 cursor = c.id
                 yield msgspec.json.encode({"id": c.id, "stream": c.stream, "data": c.data}) + b"\n"
             if JobState(current.state).terminal and not got:
-                yield msgspec.json.encode(
-                    {"state": current.state, "exit_code": current.exit_code, "error": current.error}
-                ) + b"\n"
+                yield (
+                    msgspec.json.encode(
+                        {
+                            "state": current.state,
+                            "exit_code": current.exit_code,
+                            "error": current.error,
+                        }
+                    )
+                    + b"\n"
+                )
                 return
             if got:
                 idle = 0.05

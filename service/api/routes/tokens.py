@@ -35,7 +35,7 @@ def token_json(t: TokenRecord) -> dict[str, Any]:
 async def create(request: Request[Any, Any, Any]) -> dict[str, Any]:
     rt = runtime_of(request)
     caller = await identify(request)
-    b = await decode(request, TokenBody)
+    b: TokenBody = await decode(request, TokenBody)
     token, record = await tokens.create(
         rt.db,
         caller,

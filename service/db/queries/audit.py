@@ -18,10 +18,21 @@ async def append(conn: AsyncConnection, entries: Sequence[dict[str, Any]]) -> No
 async def recent(
     conn: AsyncConnection, *, tenants: frozenset[str] | None, limit: int
 ) -> list[dict[str, Any]]:
-    q = select(
-        audit.c.id, audit.c.at, audit.c.caller, audit.c.action, audit.c.target,
-        audit.c.tenant, audit.c.request_id, audit.c.detail, audit.c.seq,
-    ).order_by(audit.c.id.desc()).limit(limit)
+    q = (
+        select(
+            audit.c.id,
+            audit.c.at,
+            audit.c.caller,
+            audit.c.action,
+            audit.c.target,
+            audit.c.tenant,
+            audit.c.request_id,
+            audit.c.detail,
+            audit.c.seq,
+        )
+        .order_by(audit.c.id.desc())
+        .limit(limit)
+    )
     if tenants is not None:
         q = q.where(audit.c.tenant.in_(sorted(tenants)))
     return [dict(r._mapping) for r in await conn.execute(q)]

@@ -1,4 +1,7 @@
-"""SQL for jobs. Every read of job data takes `tenants` (None: all, for admins) and filters on it."""
+"""SQL for jobs.
+
+Every read of job data takes `tenants` (None: all, for admins) and filters on it.
+"""
 
 from collections.abc import Sequence
 from typing import Any
@@ -41,7 +44,9 @@ async def notify_jobs(conn: AsyncConnection) -> None:
     await conn.execute(text(f"NOTIFY {JOBS_CHANNEL}"))
 
 
-async def get(conn: AsyncConnection, job_id: int, *, tenants: frozenset[str] | None) -> JobRecord | None:
+async def get(
+    conn: AsyncConnection, job_id: int, *, tenants: frozenset[str] | None
+) -> JobRecord | None:
     """The job if it exists and is in one of `tenants`; None otherwise (the same to the caller)."""
     row = (
         await conn.execute(select(*COLS).where(jobs.c.id == job_id, _visible(tenants)))
@@ -120,7 +125,9 @@ async def queued(conn: AsyncConnection, *, limit: int) -> list[JobRecord]:
     return [JobRecord.of(r) for r in rows]
 
 
-async def output_after(conn: AsyncConnection, job_id: int, *, after: int, limit: int = 1000) -> list[OutputChunk]:
+async def output_after(
+    conn: AsyncConnection, job_id: int, *, after: int, limit: int = 1000
+) -> list[OutputChunk]:
     rows = await conn.execute(
         select(job_output.c.id, job_output.c.stream, job_output.c.data)
         .where(job_output.c.job_id == job_id, job_output.c.id > after)
@@ -133,5 +140,3 @@ async def output_after(conn: AsyncConnection, job_id: int, *, after: int, limit:
 async def states(conn: AsyncConnection, job_id: int) -> str | None:
     row = (await conn.execute(select(jobs.c.state).where(jobs.c.id == job_id))).one_or_none()
     return row[0] if row else None
-
-

@@ -16,14 +16,32 @@ from service.core.states import DevicePolicy
 from service.db.records import JobRecord
 
 _JOB_COLS = ", ".join(f"jobs.{f}" for f in JobRecord.__dataclass_fields__)
+# The column list is a constant built from the record's fields, never from input.
+_GRANT_SQL = """
+WITH a AS (
+    SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:workers AS uuid[]),
+                         CAST(:names AS text[])) AS a(job_id, worker_id, name)
+), j AS (
+    UPDATE jobs SET state = 'leased', attempt = jobs.attempt + 1, worker = a.name
+    FROM a WHERE jobs.id = a.job_id AND jobs.state = 'queued'
+    RETURNING {job_cols}, a.worker_id
+), l AS (
+    INSERT INTO leases (job_id, epoch, worker_id, kind)
+    SELECT id, attempt, worker_id, kind FROM j
+)
+SELECT * FROM j
+""".replace("{job_cols}", _JOB_COLS)
 
 
-async def live_counts(conn: AsyncConnection, worker_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+async def live_counts(
+    conn: AsyncConnection, worker_ids: Sequence[str]
+) -> dict[str, dict[str, int]]:
     """Live leases per worker per kind."""
     rows = await conn.execute(
         text(
             "SELECT worker_id, kind, count(*) FROM leases "
-            "WHERE state = 'live' AND worker_id = ANY(CAST(:ids AS uuid[])) GROUP BY worker_id, kind"
+            "WHERE state = 'live' AND worker_id = ANY(CAST(:ids AS uuid[])) "
+            "GROUP BY worker_id, kind"
         ),
         {"ids": list(worker_ids)},
     )
@@ -34,7 +52,12 @@ async def live_counts(conn: AsyncConnection, worker_ids: Sequence[str]) -> dict[
 
 
 async def candidates(
-    conn: AsyncConnection, *, kinds: Sequence[str], pools: Sequence[str], per_tenant: int, limit: int
+    conn: AsyncConnection,
+    *,
+    kinds: Sequence[str],
+    pools: Sequence[str],
+    per_tenant: int,
+    limit: int,
 ) -> list[JobWant]:
     """Queued jobs in fairness order: fewest running per tenant, then priority, then age.
 
@@ -85,8 +108,7 @@ async def lock_queued(conn: AsyncConnection, job_ids: Sequence[int]) -> set[int]
     """Lock those still queued; skip any another server is granting right now."""
     rows = await conn.execute(
         text(
-            "SELECT id FROM jobs WHERE id = ANY(:ids) AND state = 'queued' "
-            "FOR UPDATE SKIP LOCKED"
+            "SELECT id FROM jobs WHERE id = ANY(:ids) AND state = 'queued' FOR UPDATE SKIP LOCKED"
         ),
         {"ids": list(job_ids)},
     )
@@ -103,22 +125,7 @@ async def grant(
     if not assignments:
         return []
     rows = await conn.execute(
-        text(
-            f"""
-            WITH a AS (
-                SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:workers AS uuid[]),
-                                     CAST(:names AS text[])) AS a(job_id, worker_id, name)
-            ), j AS (
-                UPDATE jobs SET state = 'leased', attempt = jobs.attempt + 1, worker = a.name
-                FROM a WHERE jobs.id = a.job_id AND jobs.state = 'queued'
-                RETURNING {_JOB_COLS}, a.worker_id
-            ), l AS (
-                INSERT INTO leases (job_id, epoch, worker_id, kind)
-                SELECT id, attempt, worker_id, kind FROM j
-            )
-            SELECT * FROM j
-            """
-        ),
+        text(_GRANT_SQL),
         {
             "jobs": [a[0] for a in assignments],
             "workers": [a[1] for a in assignments],
@@ -129,7 +136,7 @@ async def grant(
 
 
 async def mark_started(conn: AsyncConnection, *, job_id: int, epoch: int, worker_id: str) -> bool:
-    """leased -> running under the live lease. False: stale."""
+    """Leased -> running under the live lease. False: stale."""
     row = await conn.execute(
         text(
             """
@@ -146,7 +153,12 @@ async def mark_started(conn: AsyncConnection, *, job_id: int, epoch: int, worker
 
 
 async def add_output(
-    conn: AsyncConnection, *, job_id: int, epoch: int, worker_id: str, chunks: Sequence[tuple[str, str]]
+    conn: AsyncConnection,
+    *,
+    job_id: int,
+    epoch: int,
+    worker_id: str,
+    chunks: Sequence[tuple[str, str]],
 ) -> bool:
     """Keep output chunks (stream, data) if the lease is live. False: stale, nothing kept."""
     row = await conn.execute(
@@ -222,7 +234,10 @@ async def live_of(conn: AsyncConnection, worker_id: str) -> list[tuple[int, int]
 
 
 async def expire(
-    conn: AsyncConnection, *, worker_ids: Sequence[str], only: Sequence[tuple[int, int]] | None = None
+    conn: AsyncConnection,
+    *,
+    worker_ids: Sequence[str],
+    only: Sequence[tuple[int, int]] | None = None,
 ) -> list[dict[str, Any]]:
     """Expire live leases of these workers (all, or `only` those (job, epoch)); re-queue jobs.
 

@@ -13,8 +13,8 @@ from service.db.records import WorkerRecord
 WORKERS_CHANNEL = "berth_workers_v1"
 
 _SELECT = """
-    SELECT id::text AS id, name, pool, state, liveness, instance, server_id, labels, parallel, host, python,
-           env_digest, version, attached_at, last_seen_at,
+    SELECT id::text AS id, name, pool, state, liveness, instance, server_id, labels, parallel,
+           host, python, env_digest, version, attached_at, last_seen_at,
            extract(epoch FROM clock_timestamp() - last_seen_at)::float8 AS seen_seconds_ago
     FROM workers
 """
