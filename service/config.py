@@ -151,7 +151,8 @@ def load(path: Path | None = None, *, environ: Mapping[str, str] = os.environ) -
     except (
         msgspec.ValidationError
     ) as exc:  # "Object contains unknown field `lisen` - at `$.network`"
-        raise Invalid(f"{path}: {exc}") from None
+        where = f"{path} with BERTH_CONFIG_JSON" if environ.get("BERTH_CONFIG_JSON") else str(path)
+        raise Invalid(f"{where}: {exc}") from None
     check(config)
     return config
 
@@ -181,7 +182,7 @@ def check(config: Config) -> None:
 def split_listen(listen: str) -> tuple[str, int]:
     """`HOST:PORT` -> (host, port); raise Invalid naming network.listen otherwise."""
     host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) >= 65536:
         raise Invalid(f"network.listen: {listen!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
 

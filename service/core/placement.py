@@ -129,7 +129,7 @@ def assign(
             slots = free.get(w.id)
             if slots is None or room[w.id] <= 0 or (job.pool is not None and w.pool != job.pool):
                 continue
-            n = slots.get(job.kind, 0)
+            n = min(slots.get(job.kind, 0), room[w.id])
             if n > best_free and (not strict or carries(w, job.labels)):
                 best, best_free = w, n
         if best is None:
@@ -150,14 +150,15 @@ def waiting_for(job: JobWant, workers: Sequence[WorkerView], pools: Mapping[str,
     if not kinds:
         return f"{where} has no {job.kind} slots"
     in_pool = [w for w in attached if job.pool is None or w.pool == job.pool]
-    in_pool = [w for w in in_pool if job.kind in pools[w.pool].slots] if pools else in_pool
+    # A worker of a pool this server has no config for cannot take the job: leave it out.
+    in_pool = [w for w in in_pool if w.pool in pools and job.kind in pools[w.pool].slots]
     if not in_pool:
         return f"no worker of {where} with {job.kind} slots is attached"
     if labels_matter(job, attached):
         carrying = [w for w in in_pool if carries(w, job.labels)]
         if not carrying:
-            missing = sorted(job.labels - _common(in_pool))
-            label = ", ".join(missing) if missing else ", ".join(sorted(job.labels))
+            missing = sorted(job.labels - _common(in_pool)) or sorted(job.labels)
+            label = ", ".join(missing)
             noun = "labels" if len(missing) > 1 else "label"
             return f"no attached worker of {where} has {noun} {label}"
         in_pool = carrying

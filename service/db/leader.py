@@ -35,6 +35,10 @@ class Leader:
     async def held(self, stop: asyncio.Event) -> AsyncIterator["Leader"]:
         """Wait until this server holds the lock (or `stop`); release it on exit."""
         conn = await asyncpg.connect(plain_url(self._url), timeout=5)
+        # A leader that stops pinging (frozen, partitioned) must lose the lock even though its
+        # TCP connection looks alive: Postgres ends a session idle this long, releasing it.
+        idle_ms = int(max(self._ping * 5, 2.0) * 1000)
+        await conn.execute(f"SET idle_session_timeout = {idle_ms}")
         try:
             while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", LOOPS_LOCK_KEY):
                 with contextlib.suppress(TimeoutError):

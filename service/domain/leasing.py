@@ -147,6 +147,10 @@ async def _finish(conn: AsyncConnection, worker: WorkerRecord, report: protocol.
         error=report.error[:2000],
     )
     if tenant is None:
+        if await leases_q.was_finished(
+            conn, job_id=report.job, epoch=report.epoch, worker_id=worker.id
+        ):
+            return  # a resend of a result we kept: acknowledge it again
         log.warning(
             "report_refused_stale_epoch", worker=worker.name, job=report.job, epoch=report.epoch
         )

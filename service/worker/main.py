@@ -183,6 +183,10 @@ class Worker:
         seq = 0
         while True:
             seq += 1
+            # A result the server never acknowledged (e.g. Postgres was restarting) is sent
+            # again; the server acknowledges a duplicate of one it kept.
+            for result in list(self.results.values()):
+                self.outbox.put_nowait(result)
             sample = await asyncio.to_thread(host.sample, self.opts.home, self._gpus)
             await ws.send(protocol.encode(protocol.Beat(seq=seq, host=sample)).decode())
             await asyncio.sleep(self.welcome.heartbeat_seconds)

@@ -105,6 +105,8 @@ class Run:
         except TimeoutError:
             pumps.cancel()
         code = proc.returncode
+        if code is not None and code < 0:  # the shim itself died of a signal: as a shell says it
+            code = 128 - code
         if self._stop_reason == "timed_out":
             return Outcome("timed_out", code, f"timed out after {self.lease.timeout_seconds:g}s")
         if self._stop_reason:

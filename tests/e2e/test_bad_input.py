@@ -1,6 +1,5 @@
 """Bad input: a 4xx with a JSON body naming the problem, or one line and a non-zero exit."""
 
-
 import subprocess
 import sys
 
@@ -10,12 +9,20 @@ BAD_BODIES = [
     pytest.param(b"{not json", "malformed JSON", id="malformed"),
     pytest.param(b'{"comand": ["true"]}', "comand", id="unknown-field"),
     pytest.param(b'{"command": "true"}', "command", id="wrong-type"),
-    pytest.param(b'{"command": ["true"], "max_attempts": "3"}', "max_attempts", id="wrong-type-int"),
+    pytest.param(
+        b'{"command": ["true"], "max_attempts": "3"}', "max_attempts", id="wrong-type-int"
+    ),
     pytest.param(b'{"command": []}', "exactly one of command", id="empty-command"),
-    pytest.param(b'{"command": ["true"], "pool": "nope"}', "unknown pool 'nope'", id="unknown-pool"),
-    pytest.param(b'{"command": ["true"], "kind": "eval"}', "no slots of kind 'eval'", id="unknown-kind"),
+    pytest.param(
+        b'{"command": ["true"], "pool": "nope"}', "unknown pool 'nope'", id="unknown-pool"
+    ),
+    pytest.param(
+        b'{"command": ["true"], "kind": "eval"}', "no slots of kind 'eval'", id="unknown-kind"
+    ),
     pytest.param(b'{"command": ["true"], "env": {"1BAD": "x"}}', "1BAD", id="bad-env-name"),
-    pytest.param(b'{"command": ["true"], "timeout_seconds": -1}', "timeout_seconds", id="negative-timeout"),
+    pytest.param(
+        b'{"command": ["true"], "timeout_seconds": -1}', "timeout_seconds", id="negative-timeout"
+    ),
     pytest.param(b"[]", "no jobs given", id="empty-batch"),
     pytest.param(b"", "JSON body is required", id="empty-body"),
 ]
@@ -27,7 +34,9 @@ class TestApi:
         s = server_factory(builtin_worker=False)
         for case in BAD_BODIES:
             raw, words = case.values
-            r = s.api("POST", "/api/v1/jobs", content=raw, headers={"content-type": "application/json"})
+            r = s.api(
+                "POST", "/api/v1/jobs", content=raw, headers={"content-type": "application/json"}
+            )
             assert r.status_code == 400, (case.id, r.status_code, r.text)
             assert words in r.json()["error"], (case.id, r.json())
         assert s.api("GET", "/api/v1/jobs").json() == []
@@ -102,24 +111,51 @@ class TestCli:
         home = tmp_path / "home"
         home.mkdir()
         (home / "berth.toml").write_text('[network]\nlisen = "127.0.0.1:1"\n')
-        r = subprocess.run([sys.executable, "-m", "service", "serve", "--home", str(home)],
-                           capture_output=True, text=True, timeout=60, check=False)
+        r = subprocess.run(
+            [sys.executable, "-m", "service", "serve", "--home", str(home)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert r.returncode != 0 and "lisen" in r.stderr and "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
 
     def test_non_loopback_without_tls_is_refused(self, tmp_path):
         """Listening on a non-loopback address without tls is refused, saying why."""
         r = subprocess.run(
-            [sys.executable, "-m", "service", "serve", "--home", str(tmp_path), "--listen", "0.0.0.0:8443"],
-            capture_output=True, text=True, timeout=60, check=False,
+            [
+                sys.executable,
+                "-m",
+                "service",
+                "serve",
+                "--home",
+                str(tmp_path),
+                "--listen",
+                "0.0.0.0:8443",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         assert r.returncode != 0 and "without TLS" in r.stderr and "Traceback" not in r.stderr
 
     def test_unreachable_server(self, tmp_path):
         """A client command against no server fails in one line."""
-        env = {"BERTH_TOKEN": "brt_" + "z" * 43, "BERTH_SERVER": "http://127.0.0.1:9", "PATH": "/usr/bin"}
-        r = subprocess.run([sys.executable, "-m", "service", "job", "list"], env=env,
-                           capture_output=True, text=True, timeout=60, check=False)
+        env = {
+            "BERTH_TOKEN": "brt_" + "z" * 43,
+            "BERTH_SERVER": "http://127.0.0.1:9",
+            "PATH": "/usr/bin",
+        }
+        r = subprocess.run(
+            [sys.executable, "-m", "service", "job", "list"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert r.returncode != 0 and "cannot reach the server" in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
 
@@ -130,16 +166,28 @@ class TestCli:
         from tests import pg
 
         name = "berth_unmigrated"
-        asyncio.run(pg.admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                             f'CREATE DATABASE "{name}"'))
+        asyncio.run(
+            pg.admin(
+                pg_admin_url,
+                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+                f'CREATE DATABASE "{name}"',
+            )
+        )
         try:
-            env = {"BERTH_DATABASE_URL": pg.with_db(pg_admin_url, name), "PATH": "/usr/bin",
-                   "BERTH_HOME": str(tmp_path)}
-            r = subprocess.run([sys.executable, "-m", "service", "serve", "--listen", "127.0.0.1:0"],
-                               env=env, capture_output=True, text=True, timeout=60, check=False)
+            env = {
+                "BERTH_DATABASE_URL": pg.with_db(pg_admin_url, name),
+                "PATH": "/usr/bin",
+                "BERTH_HOME": str(tmp_path),
+            }
+            r = subprocess.run(
+                [sys.executable, "-m", "service", "serve", "--listen", "127.0.0.1:0"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
             assert r.returncode != 0 and "berth db upgrade" in r.stderr
             assert "Traceback" not in r.stderr
         finally:
             asyncio.run(pg.admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-

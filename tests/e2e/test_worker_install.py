@@ -22,26 +22,41 @@ class TestWorkerInstall:
         """`berth worker --help` and the worker modules load with server packages blocked."""
         env = {"PYTHONPATH": str(blocked_path(tmp_path)), "PATH": "/usr/bin:/bin"}
         check = subprocess.run(
-            [sys.executable, "-c", "import sqlalchemy"], env=env, capture_output=True, text=True,
+            [sys.executable, "-c", "import sqlalchemy"],
+            env=env,
+            capture_output=True,
+            text=True,
             check=False,
         )
         assert check.returncode != 0 and "blocked" in check.stderr  # the block itself works
         for argv in (
             [sys.executable, "-m", "service", "worker", "--help"],
-            [sys.executable, "-c", "import service.worker.main, service.worker.runner, service.worker.shim"],
+            [
+                sys.executable,
+                "-c",
+                "import service.worker.main, service.worker.runner, service.worker.shim",
+            ],
         ):
-            r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+            r = subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=60, check=False
+            )
             assert r.returncode == 0, r.stderr
 
     def test_a_blocked_worker_runs_a_job(self, server_factory, tmp_path):
         """A worker process with the server packages blocked attaches and runs a job."""
         s = server_factory({"pools": {"gpu": {"slots": {"default": 1}}}})
         token = s.worker_token("lean")
-        env = s.env(BERTH_TOKEN=token, BERTH_HOME=str(tmp_path / "w"),
-                    PYTHONPATH=str(blocked_path(tmp_path)))
+        env = s.env(
+            BERTH_TOKEN=token,
+            BERTH_HOME=str(tmp_path / "w"),
+            PYTHONPATH=str(blocked_path(tmp_path)),
+        )
         proc = subprocess.Popen(
             [sys.executable, "-m", "service", "worker", "--server", s.url, "--pool", "gpu"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             r = s.cli("job", "submit", "--wait", "--pool", "gpu", "--", "echo", "lean")

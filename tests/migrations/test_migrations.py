@@ -22,8 +22,13 @@ class TestMigrations:
     def test_round_trip_on_an_empty_database(self, pg_admin_url):
         """upgrade head -> downgrade base -> upgrade head works on an empty database."""
         name = "berth_roundtrip"
-        asyncio.run(pg.admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                             f'CREATE DATABASE "{name}"'))
+        asyncio.run(
+            pg.admin(
+                pg_admin_url,
+                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+                f'CREATE DATABASE "{name}"',
+            )
+        )
         url = pg.with_db(pg_admin_url, name)
         try:
             migrate.upgrade(url)
@@ -54,12 +59,16 @@ class TestMigrations:
     def test_unmigrated_database_is_detected(self, pg_admin_url):
         """A database that was never migrated reports no current revision."""
         name = "berth_empty"
-        asyncio.run(pg.admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                             f'CREATE DATABASE "{name}"'))
+        asyncio.run(
+            pg.admin(
+                pg_admin_url,
+                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+                f'CREATE DATABASE "{name}"',
+            )
+        )
         try:
             url = pg.with_db(pg_admin_url, name)
             assert asyncio.run(migrate.current(url)) is None
             assert asyncio.run(migrate.is_current(url)) is False
         finally:
             asyncio.run(pg.admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-

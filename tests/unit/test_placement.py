@@ -48,13 +48,13 @@ def worker(
 
 
 def job(
-    id: int = 1,
+    n: int = 1,
     kind: str = "agent",
     pool: str | None = "gpu",
     labels: tuple[str, ...] = (),
     policy: DevicePolicy = DevicePolicy.REQUIRE,
 ) -> JobWant:
-    return JobWant(id, "t", kind, pool, frozenset(labels), policy)
+    return JobWant(n, "t", kind, pool, frozenset(labels), policy)
 
 
 def host(load: float = 1.0, mem: float = 32.0, disk: float = 100.0) -> HostSample:
@@ -108,7 +108,7 @@ class TestFreeSlots:
         ],
     )
     def test_free(self, parallel, used, free):
-        """Free slots are the pool's slots less live leases, each capped by what --parallel allows."""
+        """Free slots are the pool's slots less live leases, each capped by --parallel's room."""
         assert free_slots(worker(parallel=parallel, used=used), GPU) == free
 
 
@@ -125,7 +125,7 @@ class TestAssign:
         assert placed(assign([want], [worker("plain")], POOLS)) == [(1, "plain")]
 
     def test_prefer_waits_while_a_carrier_is_attached(self):
-        """A `prefer` job waits when a carrier is attached elsewhere, even with no free slot there."""
+        """A `prefer` job waits while a carrier is attached, even a busy one or one elsewhere."""
         want = job(labels=("tpu",), policy=DevicePolicy.PREFER)
         busy_carrier = worker("tpu", labels=("tpu",), used={"agent": 2})
         elsewhere = worker("remote", labels=("tpu",))
@@ -133,9 +133,12 @@ class TestAssign:
         assert assign([want], [worker("plain")], POOLS, attached=[elsewhere]) == []
 
     def test_prefer_ignores_detached_and_other_pool_carriers(self):
-        """Carriers that are detached, or in another pool than the job's, do not stop the fallback."""
+        """Carriers detached or in another pool than the job's do not stop the fallback."""
         want = job(labels=("tpu",), policy=DevicePolicy.PREFER)
-        others = [worker("off", labels=("tpu",), attached=False), worker("c", "cpu", labels=("tpu",))]
+        others = [
+            worker("off", labels=("tpu",), attached=False),
+            worker("c", "cpu", labels=("tpu",)),
+        ]
         got = assign([want], [worker("plain")], POOLS, attached=[worker("plain"), *others])
         assert placed(got) == [(1, "plain")]
 
@@ -145,14 +148,19 @@ class TestAssign:
         got = assign([want], [worker("plain"), worker("tpu", labels=("tpu",))], POOLS)
         assert placed(got) == [(1, "tpu")]
 
-    @pytest.mark.parametrize(("pool", "expected"), [("cpu", "c"), ("gpu", "g"), (None, "c")])
+    @pytest.mark.parametrize(("pool", "expected"), [("a", ["wa"]), ("b", ["wb"]), ("c", [])])
     def test_pool_restriction(self, pool, expected):
-        """A job naming a pool goes only to that pool's workers; without one, any pool fits."""
-        got = assign([job(kind="default", pool=pool)], [worker("g"), worker("c", "cpu")], POOLS)
-        if pool == "gpu":  # gpu has no `default` slots
-            assert got == []
-        else:
-            assert placed(got) == [(1, expected)]
+        """A job naming a pool goes only to a worker of that pool."""
+        pools = {n: PoolSpec(n, {"default": 1}) for n in ("a", "b", "c")}
+        got = assign(
+            [job(kind="default", pool=pool)], [worker("wa", "a"), worker("wb", "b")], pools
+        )
+        assert [w.id for _, w in got] == expected
+
+    def test_no_pool_means_any_pool(self):
+        """A job naming no pool fits any pool that has slots of its kind."""
+        got = assign([job(kind="default", pool=None)], [worker("g"), worker("c", "cpu")], POOLS)
+        assert placed(got) == [(1, "c")]
 
     def test_kind_must_have_slots(self):
         """A job whose kind has no free slot on a worker is not placed there."""
@@ -193,7 +201,11 @@ class TestAssign:
 
     def test_blocked_and_unknown_pool_workers_get_nothing(self):
         """Blocked workers and workers of an unconfigured pool are never assigned."""
-        ws = [worker("d", state=WorkerState.DRAINING), worker("x", "ghost"), worker("u", attached=False)]
+        ws = [
+            worker("d", state=WorkerState.DRAINING),
+            worker("x", "ghost"),
+            worker("u", attached=False),
+        ]
         assert assign([job()], ws, POOLS) == []
 
 
@@ -203,7 +215,8 @@ class TestWaitingFor:
         assert waiting_for(job(pool="ghost"), [worker()], POOLS) == "pool ghost is not configured"
 
     @pytest.mark.parametrize(
-        ("pool", "text"), [("gpu", "pool gpu has no foo slots"), (None, "any pool has no foo slots")]
+        ("pool", "text"),
+        [("gpu", "pool gpu has no foo slots"), (None, "any pool has no foo slots")],
     )
     def test_no_slots_of_kind(self, pool, text):
         """A kind no pool offers is named, with the pool it was looked for in."""

@@ -225,6 +225,18 @@ async def finish(
     return found[0] if found else None
 
 
+async def was_finished(conn: AsyncConnection, *, job_id: int, epoch: int, worker_id: str) -> bool:
+    """True when this exact (job, epoch, worker) result was already accepted (a resend)."""
+    row = await conn.execute(
+        text(
+            "SELECT 1 FROM leases WHERE job_id = :job AND epoch = :epoch "
+            "AND worker_id = :worker AND state = 'done'"
+        ),
+        {"job": job_id, "epoch": epoch, "worker": worker_id},
+    )
+    return row.first() is not None
+
+
 async def live_of(conn: AsyncConnection, worker_id: str) -> list[tuple[int, int]]:
     rows = await conn.execute(
         text("SELECT job_id, epoch FROM leases WHERE worker_id = :w AND state = 'live'"),
