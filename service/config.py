@@ -74,6 +74,9 @@ class Executor(Section, frozen=True):
     evict_seconds: float = 300.0  # stage 2: unreachable this long, leases expire
     kill_grace_seconds: float = 5.0  # TERM, then KILL after this long
     loop_seconds: float = 1.0  # cadence of the leader's silence and sealing passes
+    # A dispatch pass runs when NOTIFY or a local event pokes it, and at least this often
+    # (host samples move thresholds without any event).
+    dispatch_fallback_seconds: float = 2.0
 
 
 class Compute(Section, frozen=True):

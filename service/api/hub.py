@@ -27,8 +27,6 @@ from service.domain import dispatch, leasing
 
 log = structlog.get_logger(__name__)
 
-FALLBACK_PASS_SECONDS = 2.0  # a pass even when nothing pokes: host samples change thresholds
-
 
 @dataclass(eq=False)
 class Session:
@@ -94,7 +92,9 @@ class Hub:
     async def _dispatcher(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), timeout=FALLBACK_PASS_SECONDS)
+                await asyncio.wait_for(
+                    self._poke.wait(), timeout=self.rt.config.executor.dispatch_fallback_seconds
+                )
             self._poke.clear()
             if stop.is_set():
                 return

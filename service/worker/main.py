@@ -59,6 +59,7 @@ class Worker:
     exit_reason: str = ""
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _gpus: tuple[str, ...] = ()
+    _dials: int = 0  # connection attempts: picks the next of several --server URLs
     _digest: str = ""
 
     # -- the outer loop ----------------------------------------------------------------------
@@ -82,6 +83,7 @@ class Worker:
                         await self._stop_all("refused")
                         return 2
                     log.warning("connection lost (%s); retrying in %.1fs", exc, backoff)
+                    self._dials += 1  # several servers: try the next one
                 if self._told_to_exit():
                     break
                 await asyncio.sleep(backoff * (0.5 + random.random()))  # noqa: S311  (jitter)
@@ -100,7 +102,9 @@ class Worker:
         return self.exit_code is not None
 
     def _url(self) -> str:
-        base = self.opts.server.rstrip("/")
+        """The websocket URL of the server to dial now; `--server a,b` rotates on failure."""
+        servers = [s.strip() for s in self.opts.server.split(",") if s.strip()]
+        base = servers[self._dials % len(servers)].rstrip("/")
         if base.startswith("http"):
             base = "ws" + base[4:]
         return base + protocol.WORKER_PATH
