@@ -640,13 +640,13 @@ def failover(args: argparse.Namespace) -> dict[str, Any]:
             return {**result, "error": "fast path: the job never started"}
         t_kill = time.time()
         os.killpg(w.pid, signal.SIGKILL)
-        common.spawn_real_worker(server, tokens[0][1], "real", "fast-2")
+        restarted = common.spawn_real_worker(server, tokens[0][1], "real", "fast-2")
         starts = _wait_starts(fast, 2, 60.0)
         if len(starts) < 2:
             return {**result, "error": "fast path: the job did not start again within 60 s"}
         result["fast_s"] = round(starts[1][1] - t_kill, 3)
         result["fast_target_s"] = args.heartbeat + 1.0
-        benchlib.stop_all()  # the restarted worker; its job goes with it
+        benchlib.stop(restarted)  # its job goes with it (the shim kills the group)
         _kill_jobs(fast)
 
         # (b) silent path: two workers, the holder is killed and never comes back

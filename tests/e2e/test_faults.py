@@ -42,8 +42,10 @@ def job(s, job_id: int) -> dict:
 
 
 def attached(s, name: str) -> bool:
-    return any(w["name"] == name and w["attached"] and w["state"] == "active"
-               for w in s.api("GET", "/api/v1/workers").json())
+    return any(
+        w["name"] == name and w["attached"] and w["state"] == "active"
+        for w in s.api("GET", "/api/v1/workers").json()
+    )
 
 
 class TestWorkerDeath:
@@ -72,7 +74,9 @@ class TestWorkerDeath:
         assert [c.epoch for c in runs] == [1, 2] and runs[-1].ended and not runs[0].ended
         assert marks.overlaps(m) == []
 
-    def test_silent_worker_leases_move_after_the_window(self, server_factory, worker_factory, tmp_path):
+    def test_silent_worker_leases_move_after_the_window(
+        self, server_factory, worker_factory, tmp_path
+    ):
         """A worker killed for good: its job moves to another worker after unreachable+evict."""
         s = server_factory(GPU1, builtin_worker=False)
         w1 = worker_factory(s, s.worker_token("w1"), "gpu", name="a")
@@ -145,9 +149,14 @@ class TestFencing:
         headers = {"Authorization": f"Bearer {token}"}
 
         def hello() -> str:
-            return protocol.encode(protocol.Hello(
-                protocol=protocol.PROTOCOL_VERSION, berth_version="test", pool="gpu",
-                instance=uuid.uuid4().hex)).decode()
+            return protocol.encode(
+                protocol.Hello(
+                    protocol=protocol.PROTOCOL_VERSION,
+                    berth_version="test",
+                    pool="gpu",
+                    instance=uuid.uuid4().hex,
+                )
+            ).decode()
 
         async def next_frame(ws, kind):
             while True:
@@ -167,15 +176,27 @@ class TestFencing:
             await next_frame(ws, protocol.Welcome)
             second = await next_frame(ws, protocol.Lease)
             assert (second.job, second.epoch) == (j, 2)
-            await ws.send(protocol.encode(protocol.Output(job=j, epoch=1, stream="stdout", data="STALE")).decode())
+            await ws.send(
+                protocol.encode(
+                    protocol.Output(job=j, epoch=1, stream="stdout", data="STALE")
+                ).decode()
+            )
             stale = await next_frame(ws, protocol.Stale)
             assert (stale.job, stale.epoch) == (j, 1)
-            await ws.send(protocol.encode(protocol.Finished(job=j, epoch=1, state="succeeded", exit_code=0)).decode())
+            await ws.send(
+                protocol.encode(
+                    protocol.Finished(job=j, epoch=1, state="succeeded", exit_code=0)
+                ).decode()
+            )
             stale = await next_frame(ws, protocol.Stale)
             assert (stale.job, stale.epoch) == (j, 1)
             shown = await asyncio.to_thread(job, s, j)
             assert (shown["state"], shown["attempt"], shown["exit_code"]) == ("leased", 2, None)
-            await ws.send(protocol.encode(protocol.Finished(job=j, epoch=2, state="failed", exit_code=7)).decode())
+            await ws.send(
+                protocol.encode(
+                    protocol.Finished(job=j, epoch=2, state="failed", exit_code=7)
+                ).decode()
+            )
             ack = await next_frame(ws, protocol.ResultAck)
             assert (ack.job, ack.epoch) == (j, 2)
         shown = await asyncio.to_thread(job, s, j)
@@ -192,21 +213,28 @@ class TestServerRestart:
             worker_factory(s, s.worker_token(f"w{i}"), "gpu", name=f"w{i}")
         m = tmp_path / "marks"
         m.mkdir()
-        r = s.api("POST", "/api/v1/jobs", json=[{"command": marks.script(m, 0.6), "pool": "gpu"}
-                                                for _ in range(30)])
+        r = s.api(
+            "POST",
+            "/api/v1/jobs",
+            json=[{"command": marks.script(m, 0.6), "pool": "gpu"} for _ in range(30)],
+        )
         ids = r.json()["ids"]
         wait_for(lambda: len(list(m.iterdir())) >= 8, 30, "some jobs to start")
         s.kill(signal.SIGKILL)
         time.sleep(1.0)
         s.start()
-        wait_for(lambda: all(job(s, i)["state"] == "succeeded" for i in ids), 90, "all jobs", every=0.5)
+        wait_for(
+            lambda: all(job(s, i)["state"] == "succeeded" for i in ids), 90, "all jobs", every=0.5
+        )
         runs = marks.copies(m)
         assert sorted(runs) == sorted(ids)
         assert all(len(c) == 1 and c[0].ended for c in runs.values()), "a job ran twice"
 
 
 class TestOperatorStates:
-    def test_drain_finishes_then_exits_and_disable_blocks(self, server_factory, worker_factory, tmp_path):
+    def test_drain_finishes_then_exits_and_disable_blocks(
+        self, server_factory, worker_factory, tmp_path
+    ):
         """A draining worker finishes its job, takes no new one, and exits 0 once empty."""
         s = server_factory(GPU1, builtin_worker=False)
         w = worker_factory(s, s.worker_token("w1"), "gpu", name="a")
@@ -219,7 +247,10 @@ class TestOperatorStates:
         assert r.code == 0, r.err
         assert job(s, first)["state"] == "succeeded"
         assert job(s, second)["state"] == "queued"
-        assert "draining" in job(s, second)["waiting_for"] or "no worker" in job(s, second)["waiting_for"]
+        assert (
+            "draining" in job(s, second)["waiting_for"]
+            or "no worker" in job(s, second)["waiting_for"]
+        )
 
     def test_disabled_worker_gets_nothing_until_enabled(self, server_factory, worker_factory):
         """disable takes a worker out of placement and says so; enable puts it back."""
@@ -259,8 +290,14 @@ class TestTimeoutsAndCancel:
         assert w.proc is not None
         w.proc.send_signal(signal.SIGSTOP)
         try:
-            wait_for(lambda: any(x["name"] == "w1" and x["state"] == "unreachable"
-                                 for x in s.api("GET", "/api/v1/workers").json()), 10, "unreachable")
+            wait_for(
+                lambda: any(
+                    x["name"] == "w1" and x["state"] == "unreachable"
+                    for x in s.api("GET", "/api/v1/workers").json()
+                ),
+                10,
+                "unreachable",
+            )
             assert s.cli("job", "cancel", str(j)).code == 0
             assert job(s, j)["state"] == "cancelled"
         finally:

@@ -25,7 +25,9 @@ class TestTwoServers:
         worker_factory(b, b.worker_token("wb"), "gpu", name="wb")
         wait_for(lambda: attached(a, "wb"), 20, "wb attached to b")
         time.sleep(0.5)  # let b's first passes run dry
-        r = a.cli("job", "submit", "--wait", "--pool", "gpu", "--", "echo", "via-notify", timeout=30)
+        r = a.cli(
+            "job", "submit", "--wait", "--pool", "gpu", "--", "echo", "via-notify", timeout=30
+        )
         assert (r.code, r.out) == (0, "via-notify\n"), r.err
         assert a.api("GET", "/api/v1/jobs").json()[0]["worker"] == "wb"
 
@@ -44,14 +46,19 @@ class TestTwoServers:
         m.mkdir()
         ids = []
         for s in (a, b):
-            r = s.api("POST", "/api/v1/jobs", json=[{"command": marks.script(m, 1.0), "pool": "gpu"}
-                                                    for _ in range(10)])
+            r = s.api(
+                "POST",
+                "/api/v1/jobs",
+                json=[{"command": marks.script(m, 1.0), "pool": "gpu"} for _ in range(10)],
+            )
             ids += r.json()["ids"]
         wait_for(lambda: len(list(m.iterdir())) >= 4, 30, "jobs to start on both workers")
         a.kill(signal.SIGKILL)
         # wa re-attaches to b with the leases it holds; b takes the leader's loops over.
         wait_for(lambda: "leader_acquired" in b.log(), 15, "b to take the lead")
-        wait_for(lambda: all(job(b, i)["state"] == "succeeded" for i in ids), 90, "all jobs", every=0.5)
+        wait_for(
+            lambda: all(job(b, i)["state"] == "succeeded" for i in ids), 90, "all jobs", every=0.5
+        )
         assert marks.overlaps(m) == []
         assert all(sum(c.ended for c in runs) == 1 for runs in marks.copies(m).values())
         assert all(len(runs) == 1 for runs in marks.copies(m).values()), "a job ran twice"
@@ -74,7 +81,9 @@ class TestPostgresRestart:
             asyncio.run(pg.admin(admin_url, "CREATE DATABASE berth"))
             url = pg.with_db(admin_url, "berth")
             migrate.upgrade(url)
-            s = Server(home=tmp_path / "home", db_url=url, config=POOL, builtin_worker=False).start()
+            s = Server(
+                home=tmp_path / "home", db_url=url, config=POOL, builtin_worker=False
+            ).start()
             worker = Worker(s, s.worker_token("w1"), "gpu", tmp_path / "w1").start()
             try:
                 self._run(s, srv, pg_ctl, tmp_path)
@@ -87,19 +96,31 @@ class TestPostgresRestart:
     def _run(self, s, srv, pg_ctl, tmp_path):
         m = tmp_path / "marks"
         m.mkdir()
-        ids = s.api("POST", "/api/v1/jobs", json=[{"command": marks.script(m, 0.5), "pool": "gpu"}
-                                                  for _ in range(12)]).json()["ids"]
+        ids = s.api(
+            "POST",
+            "/api/v1/jobs",
+            json=[{"command": marks.script(m, 0.5), "pool": "gpu"} for _ in range(12)],
+        ).json()["ids"]
         wait_for(lambda: len(list(m.iterdir())) >= 2, 30, "jobs to start")
         socket_dir = srv.get_uri().split("host=")[1]
         pg_ctl(["-w", "stop", "-m", "fast"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
         statuses = []
         down_until = time.monotonic() + 3
         while time.monotonic() < down_until:
-            statuses.append(httpx.get(f"{s.url}/api/v1/jobs", headers={"Authorization": f"Bearer {s.token}"},
-                                      timeout=10).status_code)
+            statuses.append(
+                httpx.get(
+                    f"{s.url}/api/v1/jobs",
+                    headers={"Authorization": f"Bearer {s.token}"},
+                    timeout=10,
+                ).status_code
+            )
             time.sleep(0.2)
-        pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(srv.log), "start"],
-               pgdata=srv.pgdata, user=srv.system_user, timeout=60)
+        pg_ctl(
+            ["-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(srv.log), "start"],
+            pgdata=srv.pgdata,
+            user=srv.system_user,
+            timeout=60,
+        )
         assert set(statuses) <= {503}, statuses  # while down: "retry shortly", never a 500
         after = []
         deadline = time.monotonic() + 60
