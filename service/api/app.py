@@ -5,7 +5,7 @@ from litestar.openapi import OpenAPIConfig
 
 from service.api import errors, guards, worker_socket
 from service.api.hub import Hub
-from service.api.routes import fleet, health, jobs, tokens
+from service.api.routes import audit, fleet, health, jobs, secrets, tokens
 from service.api.runtime import Runtime
 
 ROUTES = [
@@ -23,6 +23,10 @@ ROUTES = [
     tokens.create,
     tokens.list_tokens,
     tokens.revoke,
+    secrets.set_secret,
+    secrets.list_secrets,
+    secrets.remove_secret,
+    audit.list_audit,
     worker_socket.attach,
 ]
 

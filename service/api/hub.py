@@ -23,7 +23,7 @@ from service.api.runtime import Runtime
 from service.core.errors import BerthError
 from service.core.states import WorkerState
 from service.db.records import JobRecord, WorkerRecord
-from service.domain import dispatch, leasing
+from service.domain import dispatch, leasing, secrets
 
 log = structlog.get_logger(__name__)
 
@@ -112,6 +112,14 @@ class Hub:
 
     async def _send_lease(self, worker_id: str, job: JobRecord) -> None:
         session = self.sessions.get(worker_id)
+        try:
+            values = await secrets.for_lease(
+                self.rt.db, self.rt.secret_key, tenant=job.tenant, wanted=job.secrets
+            )
+        except BerthError as exc:  # a secret removed since submit, or another server's key
+            log.warning("lease_refused_secret", job=job.id, reason=exc.message)
+            await leasing.fail_lease(self.rt.db, job, f"cannot start: {exc.message}")
+            return
         frame = protocol.Lease(
             job=job.id,
             epoch=job.attempt,
@@ -119,6 +127,7 @@ class Hub:
             command=tuple(job.command),
             python=job.python,
             env=dict(job.env),
+            secrets=values,
             timeout_seconds=job.timeout_seconds,
         )
         sent = session is not None and await session.send(frame)

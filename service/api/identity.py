@@ -1,6 +1,8 @@
-"""Who is calling: a bearer token (token mode). The proxy's claims come in with proxy mode.
+"""Who is calling: berth's bearer token (auth = "token") or the proxy's claims (auth = "proxy").
 
-Security: in token mode the claim headers are never read, whatever a client sends.
+Security: in token mode the claim headers are never read, whatever a client sends. In proxy mode
+only the configured headers are read, a claim header sent twice is refused, and berth's own
+`brt_` tokens are refused: the proxy is the one authentication.
 """
 
 import uuid
@@ -10,11 +12,16 @@ import structlog
 from litestar.connection import ASGIConnection
 
 from service.api.runtime import Runtime
-from service.auth.callers import Caller
-from service.core.errors import Unauthenticated
+from service.auth import rules as rules_mod
+from service.auth import tokens as tokens_auth
+from service.auth.callers import Caller, Kind, Role
+from service.config import Proxy
+from service.core.errors import Forbidden, Unauthenticated
 from service.domain import tokens
 
 Conn = ASGIConnection[Any, Any, Any, Any]
+
+log = structlog.get_logger(__name__)
 
 
 def runtime_of(connection: Conn) -> Runtime:
@@ -24,21 +31,81 @@ def runtime_of(connection: Conn) -> Runtime:
 
 
 async def identify(connection: Conn) -> Caller:
-    """Resolve the caller once per connection; raise Unauthenticated with a reason."""
+    """Resolve the caller once per connection; raise Unauthenticated/Forbidden with a reason."""
     cached = connection.scope.get("state", {}).get("caller")
     if isinstance(cached, Caller):
         return cached
     rt = runtime_of(connection)
-    header = connection.headers.get("authorization", "")
-    scheme, _, credential = header.partition(" ")
-    if scheme.lower() != "bearer" or not credential:
-        raise Unauthenticated("missing bearer token (Authorization: Bearer brt_…)")
-    caller = await tokens.authenticate(rt.db, credential.strip())
-    connection.scope.setdefault("state", {})["caller"] = caller
+    if rt.config.network.auth == "proxy":
+        caller = _from_proxy(connection, rt.config.network.proxy)
+    else:
+        caller = await _from_token(connection, rt)
+    state = connection.scope.setdefault("state", {})
+    state["caller"] = caller
     request_id = connection.headers.get("x-request-id") or uuid.uuid4().hex
-    connection.scope["state"]["request_id"] = request_id
+    state["request_id"] = request_id
     structlog.contextvars.bind_contextvars(caller=str(caller), request_id=request_id)
     return caller
+
+
+def _bearer(connection: Conn) -> str:
+    scheme, _, credential = connection.headers.get("authorization", "").partition(" ")
+    return credential.strip() if scheme.lower() == "bearer" else ""
+
+
+async def _from_token(connection: Conn, rt: Runtime) -> Caller:
+    credential = _bearer(connection)
+    if not credential:
+        raise Unauthenticated("missing bearer token (Authorization: Bearer brt_…)")
+    return await tokens.authenticate(rt.db, credential)
+
+
+def _from_proxy(connection: Conn, proxy: Proxy) -> Caller:
+    if tokens_auth.looks_like(_bearer(connection)):
+        raise Unauthenticated(
+            "berth tokens are not accepted here: the proxy in front of berth is the authentication"
+        )
+    raw: dict[str, str] = {}
+    for claim, header in proxy.claims.items():
+        values = connection.headers.getall(header, [])
+        if len(values) > 1:  # a copy the proxy failed to strip: trust neither
+            log.warning("claim_header_repeated", header=header)
+            raise Forbidden("you may not do this")
+        if values:
+            raw[claim] = values[0]
+    worker = connection.headers.get(proxy.worker_header, "").strip() or None
+    try:
+        return rules_mod.resolve(
+            rules_mod.Claims.from_headers(raw),
+            compiled_rules(proxy),
+            name_claims=proxy.name_claims,
+            worker_name=worker,
+        )
+    except Forbidden as exc:
+        # Generic to the caller; the specific reason and the claims' names are in the log.
+        log.warning("caller_refused", reason=exc.message, claims=sorted(raw))
+        raise Forbidden("no rule grants you access to berth") from None
+
+
+_RULES: dict[int, tuple[rules_mod.Rule, ...]] = {}
+
+
+def compiled_rules(proxy: Proxy) -> tuple[rules_mod.Rule, ...]:
+    """The config's rules as pure Rule values (built once per config object)."""
+    key = id(proxy)
+    if key not in _RULES:
+        _RULES[key] = tuple(
+            rules_mod.Rule(
+                when=dict(r.when),
+                kind=Kind(r.caller),
+                role=Role(r.role) if r.role else None,
+                tenants=frozenset(r.tenants),
+                tenants_from=r.tenants_from,
+                tenant_prefix=r.tenant_prefix,
+            )
+            for r in proxy.rules
+        )
+    return _RULES[key]
 
 
 def request_id(connection: Conn) -> str:

@@ -18,6 +18,7 @@ class Runtime:
     server_id: str
     version: str
     pools: dict[str, PoolSpec] = field(default_factory=dict)
+    secret_key: bytes = b""  # AES-GCM key for secrets at rest (domain/secrets.load_key)
     hub: "Hub | None" = None
 
     def the_hub(self) -> "Hub":

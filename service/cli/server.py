@@ -19,6 +19,7 @@ import uvicorn
 from service import __version__, log
 from service.api.app import create_app
 from service.api.runtime import Runtime
+from service.background.audit_seal import SealAudit
 from service.background.silence import ExpireSilent
 from service.background.supervisor import run_when_leader
 from service.cli.client import CliError
@@ -29,7 +30,7 @@ from service.db.engine import Database
 from service.db.leader import Leader
 from service.db.queries.jobs import JOBS_CHANNEL
 from service.db.queries.workers import WORKERS_CHANNEL
-from service.domain import tokens
+from service.domain import secrets, tokens
 from service.worker import main as worker_main
 
 logger = structlog.get_logger("berth.serve")
@@ -71,7 +72,12 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         )
     db = Database(url)
     rt = Runtime(
-        config=cfg, db=db, server_id=uuid.uuid4().hex, version=__version__, pools=cfg.pool_specs()
+        config=cfg,
+        db=db,
+        server_id=uuid.uuid4().hex,
+        version=__version__,
+        pools=cfg.pool_specs(),
+        secret_key=secrets.load_key(berth_home),
     )
     app = create_app(rt)
     hub = rt.the_hub()
@@ -114,7 +120,15 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
             name="listen",
         )
         tg.create_task(
-            run_when_leader(Leader(url), [ExpireSilent(db, cfg.executor)], stop), name="leader"
+            run_when_leader(
+                Leader(url),
+                [
+                    ExpireSilent(db, cfg.executor),
+                    SealAudit(db, interval=cfg.executor.loop_seconds),
+                ],
+                stop,
+            ),
+            name="leader",
         )
         if builtin_worker:
             tg.create_task(

@@ -17,7 +17,11 @@ def add(sub: Any) -> None:  # noqa: ANN401
     p.add_argument("action", nargs="?", choices=["list", "drain", "disable", "enable"])
     p.add_argument("name", nargs="?", help="the worker, for drain/disable/enable")
     p.add_argument("--pool", help="the pool this worker serves (to run one)")
-    p.add_argument("--name", dest="worker_name", help="(the token's name is the worker's name)")
+    p.add_argument(
+        "--name",
+        dest="worker_name",
+        help="behind a proxy: this worker's name (with a token, the token's name is used)",
+    )
     p.add_argument("--labels", default="", help="comma-separated: a,b,k=v")
     p.add_argument(
         "--parallel", type=int, default=0, help="most jobs at once (0: the pool's slots)"
@@ -63,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         labels=labels,
         parallel=args.parallel,
         python=args.python,
+        name=args.worker_name or "",
     )
     try:
         return asyncio.run(worker_main.run(opts))

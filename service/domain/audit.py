@@ -5,6 +5,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.auth.callers import Caller
+from service.core import audit_chain
+from service.db.engine import Database
 from service.db.queries import audit as audit_q
 
 
@@ -31,3 +33,36 @@ async def record(
             }
         ],
     )
+
+
+async def seal(db: Database) -> int:
+    """Seal a batch of new entries into the chain (the leader does this every pass)."""
+    total = 0
+    while True:
+        async with db.begin() as conn:
+            n = await audit_q.seal_batch(conn)
+        total += n
+        if n == 0:
+            return total
+
+
+async def verify(db: Database) -> tuple[str | None, int, int]:
+    """Walk the chain: (first break or None, sealed entries checked, entries not yet sealed)."""
+    checked = 0
+    after = 0
+    entries: list[dict[str, Any]] = []
+    async with db.begin() as conn:
+        pending = await audit_q.unsealed_count(conn)
+        while True:
+            batch = await audit_q.sealed(conn, after_seq=after, limit=5000)
+            if not batch:
+                break
+            entries.extend(batch)
+            after = batch[-1]["seq"]
+    checked = len(entries)
+    return audit_chain.first_break(entries), checked, pending
+
+
+async def recent(db: Database, caller: Caller, *, limit: int) -> list[dict[str, Any]]:
+    async with db.begin() as conn:
+        return await audit_q.recent(conn, tenants=caller.tenant_filter(), limit=limit)

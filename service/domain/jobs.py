@@ -15,7 +15,7 @@ from service.db.queries import jobs as jobs_q
 from service.db.queries import leases as leases_q
 from service.db.queries import workers as workers_q
 from service.db.records import JobRecord, OutputChunk
-from service.domain import audit
+from service.domain import audit, secrets
 from service.domain.fleet import worker_views
 from service.domain.tokens import DEFAULT_TENANT, check_name
 
@@ -110,6 +110,9 @@ async def submit(
     if len(specs) > MAX_BATCH:
         raise Invalid(f"at most {MAX_BATCH} jobs per request")
     rows = [validate(s, caller, pools) for s in specs]
+    for row in rows:
+        if row["secrets"]:
+            await secrets.check_exist(db, tenant=row["tenant"], wanted=row["secrets"])
     async with db.begin() as conn:
         await jobs_q.ensure_tenants(conn, sorted({r["tenant"] for r in rows}))
         created = await jobs_q.insert_many(conn, rows)

@@ -21,7 +21,7 @@ from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import leases as leases_q
 from service.db.queries import workers as workers_q
-from service.db.records import WorkerRecord
+from service.db.records import JobRecord, WorkerRecord
 from service.domain import audit
 
 log = structlog.get_logger(__name__)
@@ -165,6 +165,22 @@ async def _finish(conn: AsyncConnection, worker: WorkerRecord, report: protocol.
         exit_code=report.exit_code,
         epoch=report.epoch,
     )
+
+
+async def fail_lease(db: Database, job: JobRecord, reason: str) -> None:
+    """End a lease the server cannot hand out (e.g. its secret is gone): the job fails."""
+    async with db.begin() as conn:
+        worker = await workers_q.get(conn, name=job.worker or "")
+        if worker is not None:
+            await leases_q.finish(
+                conn,
+                job_id=job.id,
+                epoch=job.attempt,
+                worker_id=worker.id,
+                state=str(JobState.FAILED),
+                exit_code=None,
+                error=reason,
+            )
 
 
 async def beats(

@@ -26,6 +26,7 @@ from service.worker.runner import Outcome, Run
 
 log = logging.getLogger("berth.worker")
 
+WORKER_HEADER = "x-berth-worker"
 BACKOFF_START = 0.2
 BACKOFF_MAX = 10.0
 
@@ -111,6 +112,8 @@ class Worker:
 
     async def _session(self) -> None:
         headers = {"Authorization": f"Bearer {self.opts.token}"}
+        if self.opts.name:  # behind a proxy, a worker sharing one credential names itself
+            headers[WORKER_HEADER] = self.opts.name
         async with connect(
             self._url(), additional_headers=headers, open_timeout=10, max_size=64 * 1024 * 1024
         ) as ws:
@@ -220,7 +223,9 @@ class Worker:
             python=self.opts.python,
             grace=grace,
             emit=lambda stream, data: self.outbox.put_nowait(
-                protocol.Output(job=lease.job, epoch=lease.epoch, stream=stream, data=data)
+                protocol.Output(
+                    job=lease.job, epoch=lease.epoch, stream=stream, data=redact(data, lease)
+                )
             ),
         )
         self.runs[key] = run
@@ -265,6 +270,14 @@ class Worker:
     async def _wait_all(self) -> None:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def redact(data: str, lease: protocol.Lease) -> str:
+    """Mask the lease's secret values in captured output (longest first, so none leaks a part)."""
+    for value in sorted(lease.secrets.values(), key=len, reverse=True):
+        if len(value) >= 3:  # masking one or two characters would garble output, not protect
+            data = data.replace(value, "***")
+    return data
 
 
 def _body(exc: InvalidStatus) -> str:

@@ -3,9 +3,10 @@
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.core import audit_chain
 from service.db.schema import audit
 
 
@@ -36,3 +37,64 @@ async def recent(
     if tenants is not None:
         q = q.where(audit.c.tenant.in_(sorted(tenants)))
     return [dict(r._mapping) for r in await conn.execute(q)]
+
+
+SEAL_LOCK_KEY = 0x6265727400000002  # serialises sealers if two leaders briefly overlap
+
+
+async def seal_batch(conn: AsyncConnection, *, limit: int = 2000) -> int:
+    """Give the oldest unsealed entries their seq and chained hash; returns how many."""
+    await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SEAL_LOCK_KEY})
+    head = (
+        await conn.execute(
+            select(audit.c.seq, audit.c.hash)
+            .where(audit.c.seq.isnot(None))
+            .order_by(audit.c.seq.desc())
+            .limit(1)
+        )
+    ).one_or_none()
+    seq, previous = (head.seq, head.hash) if head else (0, audit_chain.GENESIS)
+    rows = (
+        await conn.execute(
+            select(*(audit.c[f] for f in audit_chain.FIELDS))
+            .where(audit.c.seq.is_(None))
+            .order_by(audit.c.id)
+            .limit(limit)
+            .with_for_update()
+        )
+    ).all()
+    if not rows:
+        return 0
+    ids, seqs, hashes = [], [], []
+    for row in rows:
+        seq += 1
+        previous = audit_chain.link(previous, seq, dict(row._mapping))
+        ids.append(row.id)
+        seqs.append(seq)
+        hashes.append(previous)
+    await conn.execute(
+        text(
+            """
+            UPDATE audit SET seq = v.seq, hash = v.hash
+            FROM unnest(CAST(:ids AS bigint[]), CAST(:seqs AS bigint[]), CAST(:hashes AS bytea[]))
+                AS v(id, seq, hash)
+            WHERE audit.id = v.id
+            """
+        ),
+        {"ids": ids, "seqs": seqs, "hashes": hashes},
+    )
+    return len(rows)
+
+
+async def sealed(conn: AsyncConnection, *, after_seq: int, limit: int) -> list[dict[str, Any]]:
+    rows = await conn.execute(
+        select(audit.c.seq, audit.c.hash, *(audit.c[f] for f in audit_chain.FIELDS))
+        .where(audit.c.seq > after_seq)
+        .order_by(audit.c.seq)
+        .limit(limit)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+async def unsealed_count(conn: AsyncConnection) -> int:
+    return int((await conn.execute(select(func.count()).where(audit.c.seq.is_(None)))).scalar_one())

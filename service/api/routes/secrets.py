@@ -1,0 +1,52 @@
+"""/api/v1/secrets: set (PUT), list names (GET), remove (DELETE). Values never come back."""
+
+from typing import Any
+
+import msgspec
+from litestar import Request, delete, get, put
+
+from service.api.body import decode
+from service.api.identity import identify, request_id, runtime_of
+from service.auth.permissions import Perm
+from service.domain import secrets
+
+
+class SecretBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    value: str
+    tenant: str | None = None
+
+
+@put("/api/v1/secrets/{name:str}", opt={"perm": Perm.SECRETS}, status_code=200)
+async def set_secret(request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
+    rt = runtime_of(request)
+    caller = await identify(request)
+    b: SecretBody = await decode(request, SecretBody)
+    await secrets.put(
+        rt.db,
+        rt.secret_key,
+        caller,
+        name=name,
+        value=b.value,
+        tenant=b.tenant,
+        request_id=request_id(request),
+    )
+    return {"name": name, "tenant": b.tenant or ""}
+
+
+@get("/api/v1/secrets", opt={"perm": Perm.SECRETS})
+async def list_secrets(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
+    rt = runtime_of(request)
+    caller = await identify(request)
+    return [
+        {**s, "updated_at": s["updated_at"].isoformat()} for s in await secrets.names(rt.db, caller)
+    ]
+
+
+@delete("/api/v1/secrets/{name:str}", opt={"perm": Perm.SECRETS}, status_code=200)
+async def remove_secret(
+    request: Request[Any, Any, Any], name: str, tenant: str | None = None
+) -> dict[str, Any]:
+    rt = runtime_of(request)
+    caller = await identify(request)
+    await secrets.remove(rt.db, caller, name=name, tenant=tenant, request_id=request_id(request))
+    return {"name": name, "removed": True}

@@ -1,0 +1,81 @@
+"""Proxy claims -> Caller. The first rule whose `when` matches wins; no match is refused.
+
+Pure: no I/O. `api.identity` builds Claims from the headers named in config, and only those.
+Headers the proxy did not stamp must never reach here: the proxy strips client copies.
+"""
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from service.auth.callers import Caller, Kind, Role
+from service.core.errors import Forbidden
+
+
+@dataclass(frozen=True, slots=True)
+class Claims:
+    values: Mapping[str, tuple[str, ...]]  # a multi-valued claim (groups) holds several
+
+    @classmethod
+    def from_headers(cls, raw: Mapping[str, str]) -> "Claims":
+        """Comma-separated header values become several values of one claim."""
+        return cls(
+            {
+                name: tuple(v.strip() for v in value.split(",") if v.strip())
+                for name, value in raw.items()
+            }
+        )
+
+    def matches(self, name: str, pattern: str) -> bool:
+        """Any value of the claim equals the pattern, or fits it as a shell glob."""
+        return any(fnmatch.fnmatchcase(v, pattern) for v in self.values.get(name, ()))
+
+    def first_present(self, names: Sequence[str]) -> str | None:
+        return next((v for n in names for v in self.values.get(n, ()) if v), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    when: Mapping[str, str]
+    kind: Kind = Kind.HUMAN
+    role: Role | None = None  # worker rules may omit it; config loading rejects others without
+    tenants: frozenset[str] = frozenset()
+    tenants_from: str = ""  # a claim whose values name tenants, e.g. groups ...
+    tenant_prefix: str = ""  # ... those starting with this prefix, the prefix removed
+
+    def matches(self, claims: Claims) -> bool:
+        return all(claims.matches(name, value) for name, value in self.when.items())
+
+    def tenants_of(self, claims: Claims) -> frozenset[str]:
+        found = set(self.tenants)
+        if self.tenants_from:
+            for value in claims.values.get(self.tenants_from, ()):
+                if value.startswith(self.tenant_prefix) and len(value) > len(self.tenant_prefix):
+                    found.add(value[len(self.tenant_prefix) :])
+        return frozenset(found)
+
+
+def resolve(
+    claims: Claims,
+    rules: Sequence[Rule],
+    *,
+    name_claims: Sequence[str],
+    worker_name: str | None,
+) -> Caller:
+    """The caller named by the first matching rule; Forbidden otherwise (reason for the log)."""
+    rule = next((r for r in rules if r.matches(claims)), None)
+    if rule is None:
+        raise Forbidden("no rule matches")
+    if rule.kind is Kind.WORKER:
+        # Only a worker rule honours the worker header: anyone else naming themselves a worker
+        # gains nothing from it.
+        name = worker_name
+        if not name:
+            raise Forbidden("a worker rule matched but the request names no worker")
+        return Caller(Kind.WORKER, name, Role.WORKER, frozenset())
+    name = claims.first_present(name_claims)
+    if not name:
+        raise Forbidden(f"a {rule.kind} rule matched but no claim names the caller")
+    if rule.role is None:  # unreachable with a validated config; a bad table refuses, not grants
+        raise Forbidden("the matching rule grants no role")
+    return Caller(rule.kind, name, rule.role, rule.tenants_of(claims))

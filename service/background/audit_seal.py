@@ -1,0 +1,16 @@
+"""Seal new audit entries into the hash chain, in batches, off the write path."""
+
+from service.background.loop import Loop
+from service.db.engine import Database
+from service.domain import audit
+
+
+class SealAudit(Loop):
+    name = "seal_audit"
+
+    def __init__(self, db: Database, *, interval: float) -> None:
+        super().__init__(interval=interval)
+        self._db = db
+
+    async def run_once(self) -> None:
+        await audit.seal(self._db)

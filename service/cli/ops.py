@@ -1,0 +1,117 @@
+"""`berth secret …` and `berth audit …`."""
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from service.cli.client import Client, CliError, add_server_arg, print_json, table
+
+
+def add(sub: Any) -> None:  # noqa: ANN401
+    p = sub.add_parser("secret", help="set, list and remove secrets (values never shown)")
+    ssub = p.add_subparsers(dest="secret_command", required=True, parser_class=type(p))
+    st = ssub.add_parser("set", help="set a secret from a file or stdin")
+    add_server_arg(st)
+    st.add_argument("name")
+    src = st.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from-file", type=Path)
+    src.add_argument("--stdin", action="store_true")
+    st.add_argument("--tenant")
+    st.set_defaults(func=secret_set)
+    ls = ssub.add_parser("list", help="secret names")
+    add_server_arg(ls)
+    ls.set_defaults(func=secret_list)
+    rm = ssub.add_parser("rm", help="remove a secret")
+    add_server_arg(rm)
+    rm.add_argument("name")
+    rm.add_argument("--tenant")
+    rm.set_defaults(func=secret_rm)
+
+    a = sub.add_parser("audit", help="the audit log")
+    asub = a.add_subparsers(dest="audit_command", required=True, parser_class=type(a))
+    al = asub.add_parser("list", help="newest entries")
+    add_server_arg(al)
+    al.add_argument("--limit", type=int, default=50)
+    al.set_defaults(func=audit_list)
+    av = asub.add_parser("verify", help="check the hash chain, on the database directly")
+    av.add_argument("--config", type=Path)
+    av.set_defaults(func=audit_verify)
+
+
+def secret_set(args: argparse.Namespace) -> int:
+    if args.stdin:
+        value = sys.stdin.read()
+    else:
+        try:
+            value = args.from_file.read_text()
+        except OSError as exc:
+            raise CliError(f"cannot read {args.from_file}: {exc.strerror}") from None
+    value = value.removesuffix("\n")
+    body: dict[str, Any] = {"value": value}
+    if args.tenant:
+        body["tenant"] = args.tenant
+    Client(args.server).call("PUT", f"/api/v1/secrets/{args.name}", body)
+    print(f"set {args.name}")
+    return 0
+
+
+def secret_list(args: argparse.Namespace) -> int:
+    rows = Client(args.server).call("GET", "/api/v1/secrets")
+    if args.json:
+        print_json(rows)
+        return 0
+    table(
+        [
+            [r["name"], r["tenant"] or "(global)", r["created_by"], r["updated_at"][:19]]
+            for r in rows
+        ],
+        ["NAME", "TENANT", "SET BY", "UPDATED"],
+    )
+    return 0
+
+
+def secret_rm(args: argparse.Namespace) -> int:
+    Client(args.server).call("DELETE", f"/api/v1/secrets/{args.name}", tenant=args.tenant)
+    print(f"removed {args.name}")
+    return 0
+
+
+def audit_list(args: argparse.Namespace) -> int:
+    rows = Client(args.server).call("GET", "/api/v1/audit", limit=args.limit)
+    if args.json:
+        print_json(rows)
+        return 0
+    table(
+        [
+            [str(r["seq"] or "-"), r["at"][:19], r["caller"], r["action"], r["target"][:40]]
+            for r in rows
+        ],
+        ["SEQ", "AT", "CALLER", "ACTION", "TARGET"],
+    )
+    return 0
+
+
+def audit_verify(args: argparse.Namespace) -> int:
+    from service import config  # noqa: PLC0415  (server-side imports stay lazy)
+    from service.db.engine import Database  # noqa: PLC0415
+    from service.domain import audit  # noqa: PLC0415
+
+    url = config.load(args.config).database.url
+    if not url:
+        raise CliError("no database configured ([database] url or BERTH_DATABASE_URL)")
+
+    async def run() -> tuple[str | None, int, int]:
+        db = Database(url, pool_size=1)
+        try:
+            return await audit.verify(db)
+        finally:
+            await db.dispose()
+
+    broken, checked, pending = asyncio.run(run())
+    if broken:
+        print(f"berth: audit chain broken: {broken}", file=sys.stderr)
+        return 1
+    print(f"audit chain intact: {checked} entries verified, {pending} not yet sealed")
+    return 0
