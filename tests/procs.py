@@ -53,10 +53,13 @@ class Server:
     port: int = field(default_factory=free_port)
     builtin_worker: bool = True
     proc: subprocess.Popen[bytes] | None = None
+    scheme: str = "http"
+    extra_env: dict[str, str] = field(default_factory=dict)  # for the server, its CLI and workers
+    verify: Any = True  # what the test's own HTTP client trusts (an SSLContext for a private CA)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
@@ -68,6 +71,7 @@ class Server:
         )
         if self.db_url:
             env["BERTH_DATABASE_URL"] = self.db_url
+        env.update(self.extra_env)
         env.update(extra)
         return env
 
@@ -83,7 +87,10 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"berth serve exited {self.proc.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if (
+                    httpx.get(f"{self.url}/readyz", timeout=1, verify=self.verify).status_code
+                    == 200
+                ):
                     return self
             except httpx.HTTPError:
                 pass
@@ -113,7 +120,9 @@ class Server:
 
     def api(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token or self.token}", **kw.pop("headers", {})}
-        return httpx.request(method, f"{self.url}{path}", headers=headers, timeout=30, **kw)
+        return httpx.request(
+            method, f"{self.url}{path}", headers=headers, timeout=30, verify=self.verify, **kw
+        )
 
     def worker_token(self, name: str) -> str:
         r = self.cli("token", "create", name, "--kind", "worker")

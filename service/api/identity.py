@@ -5,6 +5,7 @@ only the configured headers are read, a claim header sent twice is refused, and 
 `brt_` tokens are refused: the proxy is the one authentication.
 """
 
+import hmac
 import uuid
 from typing import Any
 
@@ -37,7 +38,7 @@ async def identify(connection: Conn) -> Caller:
         return cached
     rt = runtime_of(connection)
     if rt.config.network.auth == "proxy":
-        caller = _from_proxy(connection, rt.config.network.proxy)
+        caller = _from_proxy(connection, rt)
     else:
         caller = await _from_token(connection, rt)
     state = connection.scope.setdefault("state", {})
@@ -60,8 +61,14 @@ async def _from_token(connection: Conn, rt: Runtime) -> Caller:
     return await tokens.authenticate(rt.db, credential)
 
 
-def _from_proxy(connection: Conn, proxy: Proxy) -> Caller:
-    if tokens_auth.looks_like(_bearer(connection)):
+def _from_proxy(connection: Conn, rt: Runtime) -> Caller:
+    proxy = rt.config.network.proxy
+    bearer = _bearer(connection)
+    if rt.builtin_token and hmac.compare_digest(bearer, rt.builtin_token):
+        # The in-process `serve` worker dials this server directly, not through the proxy;
+        # its token exists only in this process's memory.
+        return Caller(Kind.WORKER, "serve", Role.WORKER, frozenset())
+    if tokens_auth.looks_like(bearer):
         raise Unauthenticated(
             "berth tokens are not accepted here: the proxy in front of berth is the authentication"
         )

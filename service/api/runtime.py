@@ -19,6 +19,8 @@ class Runtime:
     version: str
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     secret_key: bytes = b""  # AES-GCM key for secrets at rest (domain/secrets.load_key)
+    # The built-in worker's token: minted at start, held only in this process's memory.
+    builtin_token: str = ""
     hub: "Hub | None" = None
 
     def the_hub(self) -> "Hub":

@@ -39,12 +39,11 @@ def credential() -> str:
 class Client:
     def __init__(self, server: str | None) -> None:
         self.server = (server or os.environ.get("BERTH_SERVER") or DEFAULT_SERVER).rstrip("/")
-        verify: str | bool = os.environ.get("SSL_CERT_FILE") or True
         self._http = httpx.Client(
             base_url=self.server,
             headers={"Authorization": f"Bearer {credential()}"},
             timeout=httpx.Timeout(30.0, read=None),
-            verify=verify,
+            # verify=True with trust_env honours SSL_CERT_FILE for a private CA.
         )
 
     def call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:  # noqa: ANN401

@@ -135,6 +135,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                 _builtin_worker(
                     rt,
                     url=f"{scheme}://{_dial(host)}:{port}",
+                    cafile=certfile or "",
                     berth_home=berth_home,
                     stop=stop,
                     server=server,
@@ -156,7 +157,13 @@ def _dial(host: str) -> str:
 
 
 async def _builtin_worker(
-    rt: Runtime, *, url: str, berth_home: Path, stop: asyncio.Event, server: uvicorn.Server
+    rt: Runtime,
+    *,
+    url: str,
+    cafile: str,
+    berth_home: Path,
+    stop: asyncio.Event,
+    server: uvicorn.Server,
 ) -> None:
     """The `serve` pool's worker: a fresh token each start (the old one is revoked)."""
     while not server.started and not stop.is_set():  # noqa: ASYNC110  (uvicorn offers no event)
@@ -166,6 +173,7 @@ async def _builtin_worker(
     token, _ = await tokens.create(
         rt.db, tokens.SYSTEM, name="serve", kind="worker", tenants=[], expires_days=3650
     )
+    rt.builtin_token = token
     worker = worker_main.Worker(
         worker_main.Options(
             server=url,
@@ -173,6 +181,7 @@ async def _builtin_worker(
             pool="serve",
             home=berth_home / "serve-worker",
             python=sys.executable,
+            cafile=cafile,
         )
     )
     (berth_home / "serve-worker").mkdir(parents=True, exist_ok=True)

@@ -117,7 +117,10 @@ def parse_state(verb: str) -> WorkerState:
     return states[verb]
 
 
-async def status(db: Database, pools: Mapping[str, PoolSpec]) -> dict[str, Any]:
+async def status(
+    db: Database, pools: Mapping[str, PoolSpec], *, tenants: frozenset[str] | None = None
+) -> dict[str, Any]:
+    """Capacity and queues; per-tenant counts only for the tenants the caller holds."""
     async with db.begin() as conn:
         depth = await jobs_q.queue_depth(conn)
         running = await jobs_q.running_counts(conn)
@@ -132,6 +135,6 @@ async def status(db: Database, pools: Mapping[str, PoolSpec]) -> dict[str, Any]:
         },
         "queued": [{"pool": p, "kind": k, "jobs": n} for p, k, n in depth],
         "running": sum(running.values()),
-        "running_by_tenant": running,
+        "running_by_tenant": {t: n for t, n in running.items() if tenants is None or t in tenants},
         "limits": [],
     }

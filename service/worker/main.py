@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import random
+import ssl
 import sys
 import time
 import uuid
@@ -45,6 +46,7 @@ class Options:
     parallel: int = 0
     python: str = sys.executable
     name: str = ""
+    cafile: str = ""  # trust this certificate too (the built-in worker, its own server's)
 
 
 @dataclass
@@ -85,6 +87,9 @@ class Worker:
                         return 2
                     log.warning("connection lost (%s); retrying in %.1fs", exc, backoff)
                     self._dials += 1  # several servers: try the next one
+                except Exception:  # a bad frame or a bug: keep the jobs, log it, dial again
+                    log.exception("session failed; retrying in %.1fs", backoff)
+                    self._dials += 1
                 if self._told_to_exit():
                     break
                 await asyncio.sleep(backoff * (0.5 + random.random()))  # noqa: S311  (jitter)
@@ -114,8 +119,12 @@ class Worker:
         headers = {"Authorization": f"Bearer {self.opts.token}"}
         if self.opts.name:  # behind a proxy, a worker sharing one credential names itself
             headers[WORKER_HEADER] = self.opts.name
+        url = self._url()
+        extra: dict[str, ssl.SSLContext] = {}
+        if url.startswith("wss:") and self.opts.cafile:
+            extra["ssl"] = ssl.create_default_context(cafile=self.opts.cafile)
         async with connect(
-            self._url(), additional_headers=headers, open_timeout=10, max_size=64 * 1024 * 1024
+            url, additional_headers=headers, open_timeout=10, max_size=64 * 1024 * 1024, **extra
         ) as ws:
             await ws.send(protocol.encode(self._hello()).decode())
             first = protocol.decode_to_worker(await asyncio.wait_for(ws.recv(), timeout=15))

@@ -60,6 +60,8 @@ class Handler(BaseHTTPRequestHandler):
             self._answer(404, {})
             return
         claims = claims_for(self.headers.get("Cookie", ""), self.headers.get("Authorization", ""))
+        assert isinstance(self.server, StubServer)
+        self.server.checks.append(claims)
         if claims is None:
             self._answer(401, {})
         else:
@@ -76,13 +78,25 @@ class Handler(BaseHTTPRequestHandler):
         """Quiet: nginx's access log already records every check."""
 
 
+class StubServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self.checks: list[dict[str, str] | None] = []  # claims answered, None for a 401
+
+
 class AuthStub:
     """The stub on a free loopback port, served from a daemon thread."""
 
     def __init__(self, port: int = 0) -> None:
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = StubServer(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def checks(self) -> list[dict[str, str] | None]:
+        """Every check answered so far: the claims given, or None for a 401."""
+        return list(self.httpd.checks)
 
     @property
     def port(self) -> int:

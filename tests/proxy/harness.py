@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Self
 
 from tests.proxy.authstub import AuthStub
 
@@ -76,7 +77,7 @@ class ProxyFront:
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 15) -> "ProxyFront":
+    def start(self, timeout: float = 15) -> Self:
         binary = nginx_binary()
         self.stub.start()
         for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
@@ -128,7 +129,7 @@ class ProxyFront:
                 self.proc.wait()
         self.stub.stop()
 
-    def __enter__(self) -> "ProxyFront":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

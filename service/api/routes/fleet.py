@@ -73,6 +73,7 @@ async def pools(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
 @get("/api/v1/status", opt={"perm": Perm.FLEET_READ})
 async def status(request: Request[Any, Any, Any]) -> dict[str, Any]:
     rt = runtime_of(request)
-    out = await fleet.status(rt.db, rt.pools)
+    caller = await identify(request)
+    out = await fleet.status(rt.db, rt.pools, tenants=caller.tenant_filter())
     out["server"] = {"id": rt.server_id, "version": rt.version}
     return out
