@@ -17,6 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -120,7 +121,7 @@ class Worker:
         if self.opts.name:  # behind a proxy, a worker sharing one credential names itself
             headers[WORKER_HEADER] = self.opts.name
         url = self._url()
-        extra: dict[str, ssl.SSLContext] = {}
+        extra: dict[str, Any] = {}  # ssl=None is refused for wss://, so pass it only when set
         if url.startswith("wss:") and self.opts.cafile:
             extra["ssl"] = ssl.create_default_context(cafile=self.opts.cafile)
         async with connect(

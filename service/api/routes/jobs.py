@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, get, post
-from litestar.params import Parameter
+from litestar.params import QueryParameter
 from litestar.response import Stream
 
 from service.api.body import decode
@@ -108,7 +108,7 @@ async def submit(request: Request[Any, Any, Any]) -> dict[str, Any]:
 @get("/api/v1/jobs", opt={"perm": Perm.JOBS_READ})
 async def list_jobs(
     request: Request[Any, Any, Any],
-    job_state: Annotated[str | None, Parameter(query="state")] = None,
+    job_state: Annotated[str | None, QueryParameter(name="state")] = None,
     tenant: str | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
