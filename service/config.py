@@ -53,11 +53,20 @@ class Proxy(Section, frozen=True):
     name_claims: list[str] = msgspec.field(default_factory=lambda: ["user", "principal"])
     worker_header: str = "x-berth-worker"
     rules: list[Rule] = msgspec.field(default_factory=list)
+    # Optionally verify the JWT the proxy forwards and take the claims from it instead.
     verify_jwt: bool = False
-    jwt_header: str = "x-forwarded-access-token"
+    jwt_header: str = "authorization"  # "Bearer <jwt>", or the raw token in another header
     jwks_url: str = ""
     issuer: str = ""
     audience: str = ""
+    jwt_claims: dict[str, str] = msgspec.field(
+        default_factory=lambda: {
+            "user": "preferred_username",
+            "email": "email",
+            "groups": "groups",
+            "principal": "sub",
+        }
+    )
 
 
 class Network(Section, frozen=True):
@@ -175,6 +184,9 @@ def check(config: Config) -> None:
     for name, pool in config.pools.items():
         if not pool.slots or any(n < 0 for n in pool.slots.values()):
             raise Invalid(f"pools.{name}.slots must name at least one kind with slots >= 0")
+    proxy = config.network.proxy
+    if proxy.verify_jwt and not (proxy.jwks_url and proxy.issuer and proxy.audience):
+        raise Invalid("network.proxy.verify_jwt needs jwks_url, issuer and audience")
     for i, rule in enumerate(config.network.proxy.rules):
         if rule.caller != "worker" and rule.role is None:
             raise Invalid(f"network.proxy.rules[{i}]: a {rule.caller} rule needs a role")

@@ -12,7 +12,9 @@ from typing import Any
 import structlog
 from litestar.connection import ASGIConnection
 
+from service.api.jwks import Jwks
 from service.api.runtime import Runtime
+from service.auth import jwt as jwt_auth
 from service.auth import rules as rules_mod
 from service.auth import tokens as tokens_auth
 from service.auth.callers import Caller, Kind, Role
@@ -38,7 +40,7 @@ async def identify(connection: Conn) -> Caller:
         return cached
     rt = runtime_of(connection)
     if rt.config.network.auth == "proxy":
-        caller = _from_proxy(connection, rt)
+        caller = await _from_proxy(connection, rt)
     else:
         caller = await _from_token(connection, rt)
     state = connection.scope.setdefault("state", {})
@@ -61,7 +63,7 @@ async def _from_token(connection: Conn, rt: Runtime) -> Caller:
     return await tokens.authenticate(rt.db, credential)
 
 
-def _from_proxy(connection: Conn, rt: Runtime) -> Caller:
+async def _from_proxy(connection: Conn, rt: Runtime) -> Caller:
     proxy = rt.config.network.proxy
     bearer = _bearer(connection)
     if rt.builtin_token and hmac.compare_digest(bearer, rt.builtin_token):
@@ -73,7 +75,9 @@ def _from_proxy(connection: Conn, rt: Runtime) -> Caller:
             "berth tokens are not accepted here: the proxy in front of berth is the authentication"
         )
     raw: dict[str, str] = {}
-    for claim, header in proxy.claims.items():
+    if proxy.verify_jwt:
+        raw = await _verified_claims(connection, rt)
+    for claim, header in ({} if proxy.verify_jwt else proxy.claims).items():
         values = connection.headers.getall(header, [])
         if len(values) > 1:  # a copy the proxy failed to strip: trust neither
             log.warning("claim_header_repeated", header=header)
@@ -92,6 +96,19 @@ def _from_proxy(connection: Conn, rt: Runtime) -> Caller:
         # Generic to the caller; the specific reason and the claims' names are in the log.
         log.warning("caller_refused", reason=exc.message, claims=sorted(raw))
         raise Forbidden("no rule grants you access to berth") from None
+
+
+async def _verified_claims(connection: Conn, rt: Runtime) -> dict[str, str]:
+    """Claims from the forwarded JWT, verified against the issuer's keys (not the headers)."""
+    proxy = rt.config.network.proxy
+    value = connection.headers.get(proxy.jwt_header, "").strip()
+    token = value[7:].strip() if value.lower().startswith("bearer ") else value
+    if not token:
+        raise Unauthenticated("no token forwarded by the proxy")
+    if rt.jwks is None:
+        rt.jwks = Jwks(proxy.jwks_url)
+    payload = await rt.jwks.verify(token, issuer=proxy.issuer, audience=proxy.audience)
+    return jwt_auth.claims_of(payload, proxy.jwt_claims)
 
 
 _RULES: dict[int, tuple[rules_mod.Rule, ...]] = {}

@@ -7,8 +7,9 @@ from service.config import Config
 from service.core.placement import PoolSpec
 from service.db.engine import Database
 
-if TYPE_CHECKING:  # the hub imports this module
+if TYPE_CHECKING:  # these import this module
     from service.api.hub import Hub
+    from service.api.jwks import Jwks
 
 
 @dataclass
@@ -21,6 +22,7 @@ class Runtime:
     secret_key: bytes = b""  # AES-GCM key for secrets at rest (domain/secrets.load_key)
     # The built-in worker's token: minted at start, held only in this process's memory.
     builtin_token: str = ""
+    jwks: "Jwks | None" = None  # the issuer's keys, when verify_jwt
     hub: "Hub | None" = None
 
     def the_hub(self) -> "Hub":
