@@ -5,10 +5,16 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 
 from tests.procs import FAST, Server, free_port, wait_for
+
+
+def running(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
 
 
 class TestCli:
