@@ -61,11 +61,4 @@ class TestCli:
             assert s.cli("job", "submit", "--wait", "--", "echo", "bg").out == "bg\n"
         finally:
             os.kill(pid, signal.SIGTERM)
-        wait_for(
-            lambda: (
-                not os.path.exists(f"/proc/{pid}")
-                or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
-            ),
-            30,
-            "the server to stop",
-        )
+        wait_for(lambda: not running(pid), 30, "the server to stop")
