@@ -1,1 +1,0 @@
-"""An nginx auth_request front for end-to-end tests of berth behind an authenticating proxy."""
