@@ -60,6 +60,9 @@ class Hub:
         self._poke = asyncio.Event()
         self._beats: dict[str, tuple[Session, int, protocol.Host]] = {}
         self._beat_ready = asyncio.Event()
+        self._reports = leasing.Reports()
+        self._report_sessions: dict[str, Session] = {}
+        self._report_ready = asyncio.Event()
 
     # -- sessions --------------------------------------------------------------------------
     def add(self, session: Session) -> None:
@@ -88,6 +91,7 @@ class Hub:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._dispatcher(stop), name="dispatcher")
             tg.create_task(self._flusher(stop), name="heartbeats")
+            tg.create_task(self._reporter(stop), name="reports")
 
     async def _dispatcher(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -161,6 +165,48 @@ class Hub:
                 else:  # the worker re-attached to another server: this socket is stale
                     await session.close(4000, "attached elsewhere")
             self.poke()  # host samples changed; thresholds may now let a job through
+
+    def report(
+        self, session: Session, frame: protocol.Started | protocol.Output | protocol.Finished
+    ) -> None:
+        batch = self._reports
+        match frame:
+            case protocol.Started():
+                batch.started.append((session.worker, frame))
+            case protocol.Output():
+                batch.output.append((session.worker, frame))
+            case protocol.Finished():
+                batch.finished.append((session.worker, frame))
+        self._report_sessions[session.worker.id] = session
+        self._report_ready.set()
+
+    async def _reporter(self, stop: asyncio.Event) -> None:
+        """Apply everything reported since the last flush in one transaction, then answer."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._report_ready.wait(), timeout=1.0)
+            self._report_ready.clear()
+            if not len(self._reports):
+                continue
+            batch, self._reports = self._reports, leasing.Reports()
+            sessions, self._report_sessions = self._report_sessions, {}
+            try:
+                verdicts = await leasing.report(self.rt.db, batch)
+            except Exception as exc:  # Postgres away: results come again (the worker resends)
+                log.warning("reports_not_written", error=repr(exc), count=len(batch))
+                await asyncio.sleep(0.2)
+                continue
+            for worker_id, job, epoch in verdicts.acked:
+                if s := sessions.get(worker_id):
+                    await s.send(protocol.ResultAck(job=job, epoch=epoch))
+            for worker_id, job, epoch in verdicts.stale:
+                if s := sessions.get(worker_id):
+                    await s.send(protocol.Stale(job=job, epoch=epoch))
+            if batch.finished:
+                self.poke()  # slots were freed
+                for worker_id in {w.id for w, _ in batch.finished}:
+                    if s := sessions.get(worker_id):
+                        await self.exit_if_drained(s)
 
     # -- what other servers tell us --------------------------------------------------------
     async def on_worker_notice(self, payload: str) -> None:

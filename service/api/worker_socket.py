@@ -16,10 +16,10 @@ from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
 
 from service import protocol
-from service.api.hub import Session
+from service.api.hub import Hub, Session
 from service.api.identity import identify, runtime_of
 from service.auth.permissions import Perm, allowed
-from service.core.errors import BerthError, StaleEpoch
+from service.core.errors import BerthError
 from service.domain import leasing
 
 log = structlog.get_logger(__name__)
@@ -94,31 +94,16 @@ async def _serve(session: Session, rt: Any) -> bool:  # noqa: ANN401  (Runtime; 
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             log.warning("worker_bad_frame", error=str(exc))
             continue
-        await _handle(session, rt, hub, frame)
+        _handle(session, hub, frame)
     return False
 
 
-async def _handle(session: Session, rt: Any, hub: Any, frame: protocol.ToServer) -> None:  # noqa: ANN401
-    db = rt.db
-    try:
-        match frame:
-            case protocol.Beat():
-                hub.beat(session, frame)
-            case protocol.Started():
-                await leasing.started(db, session.worker, frame)
-            case protocol.Output():
-                await leasing.output(
-                    db, session.worker, frame.job, frame.epoch, [(frame.stream, frame.data)]
-                )
-            case protocol.Finished():
-                await leasing.finished(db, session.worker, frame)
-                await session.send(protocol.ResultAck(job=frame.job, epoch=frame.epoch))
-                hub.poke()
-                await hub.exit_if_drained(session)
-            case protocol.Hello():
-                log.warning("worker_hello_again")
-    except StaleEpoch:
-        job, epoch = frame.job, frame.epoch  # type: ignore[union-attr]
-        await session.send(protocol.Stale(job=job, epoch=epoch))
-    except BerthError as exc:  # e.g. the database is restarting: the worker resends results
-        log.warning("worker_report_failed", error=exc.message, frame=type(frame).__name__)
+def _handle(session: Session, hub: Hub, frame: protocol.ToServer) -> None:
+    """Beats and reports go to the hub's batches; their answers come after the flush commits."""
+    match frame:
+        case protocol.Beat():
+            hub.beat(session, frame)
+        case protocol.Started() | protocol.Output() | protocol.Finished():
+            hub.report(session, frame)
+        case protocol.Hello():
+            log.warning("worker_hello_again")

@@ -6,7 +6,7 @@ sends is kept.
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -14,12 +14,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service import protocol
 from service.auth.callers import Caller, Kind
-from service.core.errors import Forbidden, StaleEpoch
+from service.core.errors import Forbidden
 from service.core.placement import PoolSpec
 from service.core.states import JobState
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import leases as leases_q
+from service.db.queries import reports as reports_q
 from service.db.queries import workers as workers_q
 from service.db.records import JobRecord, WorkerRecord
 from service.domain import audit
@@ -74,8 +75,8 @@ async def attach(
             env_digest=hello.env_digest,
             version=hello.berth_version,
         )
-        for result in hello.results:
-            await _finish(conn, worker, result)
+        if hello.results:  # results sent before a reconnect but never acknowledged
+            await _apply(conn, Reports(finished=[(worker, r) for r in hello.results]))
         held = [(j, e) for j, e in hello.held]
         live_held = await leases_q.live_among(conn, worker_id=worker.id, held=held)
         # A lease the worker does not hold is running nowhere (a restarted worker holds none):
@@ -110,61 +111,67 @@ def host_dict(host: protocol.Host) -> dict[str, Any]:
     return _host(host)
 
 
-async def started(db: Database, worker: WorkerRecord, report: protocol.Started) -> None:
+@dataclass
+class Reports:
+    """What one flush collected from the workers attached here, in arrival order per kind."""
+
+    started: list[tuple[WorkerRecord, protocol.Started]] = field(default_factory=list)
+    output: list[tuple[WorkerRecord, protocol.Output]] = field(default_factory=list)
+    finished: list[tuple[WorkerRecord, protocol.Finished]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.started) + len(self.output) + len(self.finished)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    stale: set[tuple[str, int, int]]  # (worker id, job, epoch): kill that copy
+    acked: set[tuple[str, int, int]]  # results kept (now or before): stop resending
+
+
+async def report(db: Database, batch: Reports) -> Verdicts:
+    """Apply a batch of reports in one transaction, in order: started, output, finished."""
     async with db.begin() as conn:
-        ok = await leases_q.mark_started(
-            conn, job_id=report.job, epoch=report.epoch, worker_id=worker.id
-        )
-    if not ok:
-        raise StaleEpoch(f"job {report.job} epoch {report.epoch} is not live here")
+        return await _apply(conn, batch)
 
 
-async def output(
-    db: Database, worker: WorkerRecord, job: int, epoch: int, chunks: Sequence[tuple[str, str]]
-) -> None:
-    async with db.begin() as conn:
-        ok = await leases_q.add_output(
-            conn, job_id=job, epoch=epoch, worker_id=worker.id, chunks=chunks
-        )
-    if not ok:
-        raise StaleEpoch(f"job {job} epoch {epoch} is not live here")
-
-
-async def finished(db: Database, worker: WorkerRecord, report: protocol.Finished) -> None:
-    async with db.begin() as conn:
-        await _finish(conn, worker, report)
-
-
-async def _finish(conn: AsyncConnection, worker: WorkerRecord, report: protocol.Finished) -> None:
-    state = JobState(report.state) if report.state in RESULT_STATES else JobState.FAILED
-    tenant = await leases_q.finish(
-        conn,
-        job_id=report.job,
-        epoch=report.epoch,
-        worker_id=worker.id,
-        state=str(state),
-        exit_code=report.exit_code,
-        error=report.error[:2000],
+async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
+    started = await reports_q.start_many(conn, [(f.job, f.epoch, w.id) for w, f in batch.started])
+    output = await reports_q.output_many(
+        conn, [(f.job, f.epoch, w.id, f.stream, f.data) for w, f in batch.output]
     )
-    if tenant is None:
-        if await leases_q.was_finished(
-            conn, job_id=report.job, epoch=report.epoch, worker_id=worker.id
-        ):
-            return  # a resend of a result we kept: acknowledge it again
-        log.warning(
-            "report_refused_stale_epoch", worker=worker.name, job=report.job, epoch=report.epoch
-        )
-        raise StaleEpoch(f"job {report.job} epoch {report.epoch} is not live here")
-    await audit.record(
+    finished = await reports_q.finish_many(
         conn,
-        f"worker:{worker.name}",
-        "job.finished",
-        str(report.job),
-        tenant=tenant,
-        state=str(state),
-        exit_code=report.exit_code,
-        epoch=report.epoch,
+        [
+            (f.job, f.epoch, w.id, w.name, _result_state(f.state), f.exit_code, f.error[:2000])
+            for w, f in batch.finished
+        ],
     )
+    refused = [
+        (f.job, f.epoch, w.id) for w, f in batch.finished if (f.job, f.epoch) not in finished
+    ]
+    resent = await reports_q.already_finished(conn, refused)
+    stale: set[tuple[str, int, int]] = set()
+    for w, s in batch.started:
+        if (s.job, s.epoch) not in started:
+            stale.add((w.id, s.job, s.epoch))
+    for w, o in batch.output:
+        if (o.job, o.epoch) not in output:
+            stale.add((w.id, o.job, o.epoch))
+    acked: set[tuple[str, int, int]] = set()
+    for w, f in batch.finished:
+        key = (f.job, f.epoch)
+        if key in finished or key in resent:
+            acked.add((w.id, f.job, f.epoch))
+        else:
+            stale.add((w.id, f.job, f.epoch))
+    for worker_id, job, epoch in stale:
+        log.warning("report_refused_stale_epoch", worker_id=worker_id, job=job, epoch=epoch)
+    return Verdicts(stale=stale, acked=acked)
+
+
+def _result_state(state: str) -> str:
+    return state if state in RESULT_STATES else str(JobState.FAILED)
 
 
 async def fail_lease(db: Database, job: JobRecord, reason: str) -> None:
@@ -172,14 +179,9 @@ async def fail_lease(db: Database, job: JobRecord, reason: str) -> None:
     async with db.begin() as conn:
         worker = await workers_q.get(conn, name=job.worker or "")
         if worker is not None:
-            await leases_q.finish(
+            await reports_q.finish_many(
                 conn,
-                job_id=job.id,
-                epoch=job.attempt,
-                worker_id=worker.id,
-                state=str(JobState.FAILED),
-                exit_code=None,
-                error=reason,
+                [(job.id, job.attempt, worker.id, worker.name, str(JobState.FAILED), None, reason)],
             )
 
 

@@ -1,0 +1,133 @@
+"""SQL for worker reports, batched: one statement per kind for everything a flush collected.
+
+Every report is fenced: it counts only while (job, epoch, worker) is the live lease. A pair
+missing from a result set is stale, and its worker is told to kill that copy.
+"""
+
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+Key = tuple[int, int]  # (job, epoch)
+
+
+async def start_many(conn: AsyncConnection, items: Sequence[tuple[int, int, str]]) -> set[Key]:
+    """Leased -> running for (job, epoch, worker) under their live leases; returns those taken."""
+    if not items:
+        return set()
+    rows = await conn.execute(
+        text(
+            """
+            UPDATE jobs SET state = 'running', started_at = coalesce(jobs.started_at, now())
+            FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]), CAST(:workers AS uuid[]))
+                AS v(job, epoch, worker)
+            WHERE jobs.id = v.job AND jobs.attempt = v.epoch
+              AND jobs.state IN ('leased', 'running')
+              AND EXISTS (SELECT 1 FROM leases l WHERE l.job_id = v.job AND l.epoch = v.epoch
+                          AND l.worker_id = v.worker AND l.state = 'live')
+            RETURNING jobs.id, v.epoch
+            """
+        ),
+        _columns(items, "jobs", "epochs", "workers"),
+    )
+    return {(r[0], r[1]) for r in rows}
+
+
+async def output_many(
+    conn: AsyncConnection, items: Sequence[tuple[int, int, str, str, str]]
+) -> set[Key]:
+    """Keep output (job, epoch, worker, stream, data) in order, live leases only."""
+    if not items:
+        return set()
+    rows = await conn.execute(
+        text(
+            """
+            WITH v AS (
+                SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]),
+                                     CAST(:workers AS uuid[]), CAST(:streams AS text[]),
+                                     CAST(:datas AS text[]))
+                    WITH ORDINALITY AS v(job, epoch, worker, stream, data, n)
+            ), ok AS (
+                SELECT v.* FROM v JOIN leases l ON l.job_id = v.job AND l.epoch = v.epoch
+                    AND l.worker_id = v.worker AND l.state = 'live'
+            ), ins AS (
+                INSERT INTO job_output (job_id, epoch, stream, data)
+                SELECT job, epoch, stream, data FROM ok ORDER BY n
+            )
+            SELECT DISTINCT job, epoch FROM ok
+            """
+        ),
+        _columns(items, "jobs", "epochs", "workers", "streams", "datas"),
+    )
+    return {(r[0], r[1]) for r in rows}
+
+
+async def finish_many(
+    conn: AsyncConnection,
+    items: Sequence[tuple[int, int, str, str, str, int | None, str]],
+) -> set[Key]:
+    """Close live leases with their results; audit each, signed by its worker.
+
+    Items are (job, epoch, worker id, worker name, state, exit code, error); returns the pairs
+    accepted.
+    """
+    if not items:
+        return set()
+    rows = await conn.execute(
+        text(
+            """
+            WITH v AS (
+                SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]),
+                                     CAST(:workers AS uuid[]), CAST(:names AS text[]),
+                                     CAST(:states AS text[]), CAST(:codes AS int[]),
+                                     CAST(:errors AS text[]))
+                    AS v(job, epoch, worker, name, state, code, error)
+            ), l AS (
+                UPDATE leases SET state = 'done', ended_at = now()
+                FROM v WHERE leases.job_id = v.job AND leases.epoch = v.epoch
+                    AND leases.worker_id = v.worker AND leases.state = 'live'
+                RETURNING leases.job_id, leases.epoch
+            ), j AS (
+                UPDATE jobs SET state = v.state, exit_code = v.code, error = v.error,
+                    finished_at = now(), started_at = coalesce(jobs.started_at, now())
+                FROM l JOIN v ON v.job = l.job_id AND v.epoch = l.epoch
+                WHERE jobs.id = l.job_id AND jobs.attempt = l.epoch
+                RETURNING jobs.id, jobs.tenant, v.epoch, v.name, v.state, v.code
+            ), a AS (
+                INSERT INTO audit (caller, action, target, tenant, detail)
+                SELECT 'worker:' || name, 'job.finished', id::text, tenant,
+                       jsonb_build_object('state', state, 'exit_code', code, 'epoch', epoch)
+                FROM j ORDER BY id
+            )
+            SELECT id, epoch FROM j
+            """
+        ),
+        _columns(items, "jobs", "epochs", "workers", "names", "states", "codes", "errors"),
+    )
+    return {(r[0], r[1]) for r in rows}
+
+
+async def already_finished(
+    conn: AsyncConnection, items: Sequence[tuple[int, int, str]]
+) -> set[Key]:
+    """Of (job, epoch, worker), those whose result was accepted before: a resend, to ack again."""
+    if not items:
+        return set()
+    rows = await conn.execute(
+        text(
+            """
+            SELECT l.job_id, l.epoch FROM leases l
+            JOIN unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]), CAST(:workers AS uuid[]))
+                AS v(job, epoch, worker)
+              ON l.job_id = v.job AND l.epoch = v.epoch AND l.worker_id = v.worker
+            WHERE l.state = 'done'
+            """
+        ),
+        _columns(items, "jobs", "epochs", "workers"),
+    )
+    return {(r[0], r[1]) for r in rows}
+
+
+def _columns(items: Sequence[tuple[object, ...]], *names: str) -> dict[str, list[object]]:
+    return {name: [item[i] for item in items] for i, name in enumerate(names)}
