@@ -3,8 +3,8 @@
 Shared by the server and the worker, so this module imports only msgspec. Every report about a
 job names (job, epoch): the server accepts it only while that lease is the live one.
 
-Worker -> server: hello, beat, started, output, finished.
-Server -> worker: welcome, refused, ack, lease, cancel, stale, result_ack, exit.
+Worker -> server: hello, beat, started, output, finished, bye.
+Server -> worker: welcome, refused, ack, lease(s), cancel, stale, result_ack, exit.
 """
 
 import msgspec
@@ -65,6 +65,12 @@ class Output(Frame, tag="output.v1", frozen=True):
     data: str
 
 
+class Bye(Frame, tag="bye.v1", frozen=True):
+    """The worker is stopping: it killed these copies, so their leases are free at once."""
+
+    released: tuple[tuple[int, int], ...] = ()
+
+
 class Welcome(Frame, tag="welcome.v1", frozen=True):
     name: str
     heartbeat_seconds: float
@@ -93,6 +99,12 @@ class Lease(Frame, tag="lease.v1", frozen=True):
     timeout_seconds: float = 0.0  # 0: none
 
 
+class Leases(Frame, tag="leases.v1", frozen=True):
+    """Several leases at once (one dispatch pass gave this worker more than one slot)."""
+
+    leases: tuple[Lease, ...]
+
+
 class Cancel(Frame, tag="cancel.v1", frozen=True):
     job: int
     epoch: int
@@ -115,8 +127,8 @@ class Exit(Frame, tag="exit.v1", frozen=True):
     code: int = 0
 
 
-ToServer = Hello | Beat | Started | Output | Finished
-ToWorker = Welcome | Refused | Ack | Lease | Cancel | Stale | ResultAck | Exit
+ToServer = Hello | Beat | Started | Output | Finished | Bye
+ToWorker = Welcome | Refused | Ack | Lease | Leases | Cancel | Stale | ResultAck | Exit
 
 encode = msgspec.json.Encoder().encode
 decode_to_server = msgspec.json.Decoder(ToServer).decode

@@ -34,6 +34,7 @@ class Session:
     socket: WebSocket[Any, Any, Any]
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed: bool = False
+    left: bool = False  # it said bye: it stopped on purpose
 
     async def send(self, frame: protocol.Frame) -> bool:
         """Send a frame; False when the socket is gone (the worker reconciles on reconnect)."""
@@ -63,6 +64,7 @@ class Hub:
         self._reports = leasing.Reports()
         self._report_sessions: dict[str, Session] = {}
         self._report_ready = asyncio.Event()
+        self._tasks: set[asyncio.Future[None]] = set()
 
     # -- sessions --------------------------------------------------------------------------
     def add(self, session: Session) -> None:
@@ -109,22 +111,39 @@ class Hub:
                 await asyncio.sleep(0.5)
                 self.poke()
                 continue
+            by_worker: dict[str, list[JobRecord]] = {}
             for worker_id, job in grants:
-                await self._send_lease(worker_id, job)
+                by_worker.setdefault(worker_id, []).append(job)
+            for worker_id, jobs in by_worker.items():
+                await self._send_leases(worker_id, jobs)
             if grants:
                 self.poke()  # slots may remain and more jobs wait: go again at once
 
-    async def _send_lease(self, worker_id: str, job: JobRecord) -> None:
+    async def _send_leases(self, worker_id: str, jobs: list[JobRecord]) -> None:
+        """One frame per worker per pass, however many leases it got."""
+        leases = [lease for job in jobs if (lease := await self._lease(job)) is not None]
         session = self.sessions.get(worker_id)
-        try:
-            values = await secrets.for_lease(
-                self.rt.db, self.rt.secret_key, tenant=job.tenant, wanted=job.secrets
+        frame: protocol.Frame = (
+            leases[0] if len(leases) == 1 else protocol.Leases(leases=tuple(leases))
+        )
+        sent = bool(leases) and session is not None and await session.send(frame)
+        for lease in leases:
+            log.debug(
+                "lease_granted", job=lease.job, epoch=lease.epoch, worker_id=worker_id, sent=sent
             )
-        except BerthError as exc:  # a secret removed since submit, or another server's key
-            log.warning("lease_refused_secret", job=job.id, reason=exc.message)
-            await leasing.fail_lease(self.rt.db, job, f"cannot start: {exc.message}")
-            return
-        frame = protocol.Lease(
+
+    async def _lease(self, job: JobRecord) -> protocol.Lease | None:
+        values: dict[str, str] = {}
+        if job.secrets:
+            try:
+                values = await secrets.for_lease(
+                    self.rt.db, self.rt.secret_key, tenant=job.tenant, wanted=job.secrets
+                )
+            except BerthError as exc:  # a secret removed since submit, or another server's key
+                log.warning("lease_refused_secret", job=job.id, reason=exc.message)
+                await leasing.fail_lease(self.rt.db, job, f"cannot start: {exc.message}")
+                return None
+        return protocol.Lease(
             job=job.id,
             epoch=job.attempt,
             kind=job.kind,
@@ -134,8 +153,6 @@ class Hub:
             secrets=values,
             timeout_seconds=job.timeout_seconds,
         )
-        sent = session is not None and await session.send(frame)
-        log.info("lease_granted", job=job.id, epoch=job.attempt, worker=job.worker, sent=sent)
 
     def beat(self, session: Session, frame: protocol.Beat) -> None:
         self._beats[session.worker.id] = (session, frame.seq, frame.host)
@@ -164,7 +181,7 @@ class Hub:
                     await session.send(protocol.Ack(seq=seq))
                 else:  # the worker re-attached to another server: this socket is stale
                     await session.close(4000, "attached elsewhere")
-            self.poke()  # host samples changed; thresholds may now let a job through
+            # No poke: a host sample crossing a threshold is picked up by the fallback pass.
 
     def report(
         self, session: Session, frame: protocol.Started | protocol.Output | protocol.Finished
@@ -207,6 +224,22 @@ class Hub:
                 for worker_id in {w.id for w, _ in batch.finished}:
                     if s := sessions.get(worker_id):
                         await self.exit_if_drained(s)
+
+    def bye(self, session: Session, frame: protocol.Bye) -> None:
+        """A stopping worker gave its leases back: free them now (its copies are dead)."""
+        session.left = True
+        task = asyncio.ensure_future(self._release(session, frame.released))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _release(self, session: Session, released: tuple[tuple[int, int], ...]) -> None:
+        try:
+            freed = await leasing.release(self.rt.db, session.worker, released)
+        except BerthError as exc:  # the silence window frees them instead
+            log.warning("release_failed", worker=session.worker.name, error=exc.message)
+            return
+        log.info("worker_left", worker=session.worker.name, released=freed)
+        self.poke()
 
     # -- what other servers tell us --------------------------------------------------------
     async def on_worker_notice(self, payload: str) -> None:

@@ -68,34 +68,32 @@ async def attach(socket: WebSocket[Any, Any, Any]) -> None:
     )
     hub.add(session)
     structlog.contextvars.bind_contextvars(worker=attached.worker.name)
-    gone = False
     try:
-        gone = await _serve(session, rt)
+        await _serve(session, rt)
     finally:
         if hub.remove(session):
             with contextlib.suppress(Exception):
                 await leasing.detach(
-                    rt.db, worker_id=session.worker.id, server_id=rt.server_id, gone=gone
+                    rt.db, worker_id=session.worker.id, server_id=rt.server_id, gone=session.left
                 )
         hub.poke()
-        log.info("worker_detached", worker=session.worker.name, gone=gone)
+        log.info("worker_detached", worker=session.worker.name, left=session.left)
 
 
-async def _serve(session: Session, rt: Any) -> bool:  # noqa: ANN401  (Runtime; avoids a cycle)
-    """Pump frames until the socket closes; True when the worker left on purpose."""
+async def _serve(session: Session, rt: Any) -> None:  # noqa: ANN401  (Runtime; avoids a cycle)
+    """Pump frames until the socket closes."""
     hub = rt.the_hub()
     while not session.closed:
         try:
             raw = await session.socket.receive_text()
         except (WebSocketDisconnect, RuntimeError):
-            return False
+            return
         try:
             frame = protocol.decode_to_server(raw)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             log.warning("worker_bad_frame", error=str(exc))
             continue
         _handle(session, hub, frame)
-    return False
 
 
 def _handle(session: Session, hub: Hub, frame: protocol.ToServer) -> None:
@@ -105,5 +103,7 @@ def _handle(session: Session, hub: Hub, frame: protocol.ToServer) -> None:
             hub.beat(session, frame)
         case protocol.Started() | protocol.Output() | protocol.Finished():
             hub.report(session, frame)
+        case protocol.Bye():
+            hub.bye(session, frame)
         case protocol.Hello():
             log.warning("worker_hello_again")

@@ -97,6 +97,9 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
             log_config=None,
             lifespan="off",
             ws_max_size=64 << 20,
+            ws_per_message_deflate=False,  # small JSON frames: deflate costs more than it saves
+            loop="uvloop",
+            http="httptools",
             ssl_certfile=certfile,
             ssl_keyfile=keyfile,
         )

@@ -26,7 +26,7 @@ async def record(
             {
                 "caller": str(caller),
                 "action": action,
-                "target": target,
+                "target": target[:256],  # the column's width: a long target is cut, not refused
                 "tenant": tenant,
                 "request_id": request_id,
                 "detail": detail,

@@ -28,6 +28,8 @@ async def run_pass(
     if not worker_ids:
         return []
     async with db.begin() as conn:
+        if not await leases_q.any_queued(conn):  # the common idle case: one indexed probe
+            return []
         records = await workers_q.by_ids(conn, worker_ids)
         used = await leases_q.live_counts(conn, worker_ids)
         views = [view_of(w, used.get(w.id, {}), attached=True) for w in records]

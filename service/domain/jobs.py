@@ -120,12 +120,19 @@ async def submit(
             conn,
             caller,
             "job.submitted",
-            ",".join(str(j.id) for j in created[:50]),
+            _ids_target(created),
             tenant=created[0].tenant if len({j.tenant for j in created}) == 1 else None,
             request_id=request_id,
             count=len(created),
         )
     return created
+
+
+def _ids_target(created: Sequence[JobRecord]) -> str:
+    """One job's id, or the first and last of a batch (ids of one insert are consecutive)."""
+    if len(created) == 1:
+        return str(created[0].id)
+    return f"{created[0].id}..{created[-1].id}"
 
 
 async def get(db: Database, caller: Caller, job_id: int) -> JobRecord:

@@ -174,6 +174,16 @@ def _result_state(state: str) -> str:
     return state if state in RESULT_STATES else str(JobState.FAILED)
 
 
+async def release(db: Database, worker: WorkerRecord, released: Sequence[tuple[int, int]]) -> int:
+    """Leases a stopping worker gave back (their copies are dead): re-queue the jobs now."""
+    async with db.begin() as conn:
+        freed = await leases_q.expire(conn, worker_ids=[worker.id], only=list(released))
+        if freed:
+            await jobs_q.notify_jobs(conn)
+        await audit.record(conn, f"worker:{worker.name}", "worker.left", worker.name)
+    return len(freed)
+
+
 async def fail_lease(db: Database, job: JobRecord, reason: str) -> None:
     """End a lease the server cannot hand out (e.g. its secret is gone): the job fails."""
     async with db.begin() as conn:

@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import random
+import signal
 import ssl
 import sys
 import time
@@ -65,6 +66,7 @@ class Worker:
     _gpus: tuple[str, ...] = ()
     _dials: int = 0  # connection attempts: picks the next of several --server URLs
     _digest: str = ""
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # SIGTERM/SIGINT
 
     # -- the outer loop ----------------------------------------------------------------------
     async def run(self) -> int:
@@ -74,6 +76,10 @@ class Worker:
         backoff = BACKOFF_START
         try:
             while self.exit_code is None:
+                if self.stopping.is_set():  # asked to stop while not connected
+                    await self._stop_all("released")
+                    self.exit_code, self.exit_reason = 0, "stopped"
+                    break
                 try:
                     await self._session()
                     backoff = BACKOFF_START
@@ -125,7 +131,12 @@ class Worker:
         if url.startswith("wss:") and self.opts.cafile:
             extra["ssl"] = ssl.create_default_context(cafile=self.opts.cafile)
         async with connect(
-            url, additional_headers=headers, open_timeout=10, max_size=64 * 1024 * 1024, **extra
+            url,
+            additional_headers=headers,
+            open_timeout=10,
+            max_size=64 * 1024 * 1024,
+            compression=None,  # small JSON frames: deflate costs more CPU and memory than it saves
+            **extra,
         ) as ws:
             await ws.send(protocol.encode(self._hello()).decode())
             first = protocol.decode_to_worker(await asyncio.wait_for(ws.recv(), timeout=15))
@@ -138,7 +149,11 @@ class Worker:
             log.info("attached as %s (instance %s)", first.name, self.instance[:8])
             for key in first.drop:
                 await self._kill(key, "fenced")
-            helpers = [asyncio.create_task(self._sender(ws)), asyncio.create_task(self._beater(ws))]
+            helpers = [
+                asyncio.create_task(self._sender(ws)),
+                asyncio.create_task(self._beater(ws)),
+                asyncio.create_task(self._leave_when_stopped(ws)),
+            ]
             try:
                 await self._reader(ws)
             finally:
@@ -173,6 +188,9 @@ class Worker:
                     self.last_ack = time.monotonic()
                 case protocol.Lease():
                     self._start(frame)
+                case protocol.Leases():
+                    for lease in frame.leases:
+                        self._start(lease)
                 case protocol.Cancel():
                     await self._kill((frame.job, frame.epoch), "cancelled")
                 case protocol.Stale():
@@ -189,6 +207,15 @@ class Worker:
                     raise Refused(frame.reason)
                 case protocol.Welcome():
                     pass
+
+    async def _leave_when_stopped(self, ws: ClientConnection) -> None:
+        """On SIGTERM: stop every job, then tell the server which leases are free right now."""
+        await self.stopping.wait()
+        held = tuple(sorted(self.runs))
+        await self._stop_all("released")  # the copies are dead before the leases are given back
+        await ws.send(protocol.encode(protocol.Bye(released=held)).decode())
+        self.exit_code, self.exit_reason = 0, "stopped"
+        await ws.close()
 
     async def _sender(self, ws: ClientConnection) -> None:
         while True:
@@ -255,8 +282,8 @@ class Worker:
         finally:
             self.runs.pop(run.key, None)
             run.cleanup()
-        if run._stop_reason == "fenced":
-            return  # the lease is not ours any more: report nothing
+        if run._stop_reason in ("fenced", "released"):
+            return  # the lease is not ours any more (or we gave it back): report nothing
         result = protocol.Finished(
             job=job,
             epoch=epoch,
@@ -298,4 +325,8 @@ def _body(exc: InvalidStatus) -> str:
 
 async def run(opts: Options) -> int:
     """Run a worker until it is told to exit or refused; returns the process exit code."""
-    return await Worker(opts).run()
+    worker = Worker(opts)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.stopping.set)
+    return await worker.run()

@@ -98,6 +98,26 @@ class TestWorkerDeath:
         listed = {x["name"]: x for x in s.api("GET", "/api/v1/workers").json()}
         assert listed["w1"]["state"] == "lost"
 
+    def test_sigterm_gives_leases_back_at_once(self, server_factory, worker_factory, tmp_path):
+        """A worker stopped with SIGTERM kills its job, frees the lease, and exits 0."""
+        s = server_factory({**GPU1, "executor": {"evict_seconds": 30}}, builtin_worker=False)
+        w1 = worker_factory(s, s.worker_token("w1"), "gpu", name="a")
+        wait_for(lambda: attached(s, "w1"), 20, "w1 attached")
+        m = tmp_path / "marks"
+        m.mkdir()
+        j = submit(s, marks.script(m, 2.0), pool="gpu")
+        wait_for(lambda: (m / f"{j}.1").exists(), 20, "the job to start")
+        worker_factory(s, s.worker_token("w2"), "gpu", name="b")
+        wait_for(lambda: attached(s, "w2"), 20, "w2 attached")
+        w1.kill(signal.SIGTERM)
+        assert w1.proc is not None and w1.proc.returncode == 0
+        # Not the 30 s window: the lease came back with the worker's goodbye.
+        wait_for(lambda: job(s, j)["attempt"] == 2, 5, "the job to move at once")
+        wait_for(lambda: job(s, j)["state"] == "succeeded", 20, "the job to succeed on w2")
+        assert marks.overlaps(m) == []
+        listed = {x["name"]: x for x in s.api("GET", "/api/v1/workers").json()}
+        assert listed["w1"]["state"] == "offline"
+
     def test_attempts_spent_fail_with_worker_lost(self, server_factory, worker_factory, tmp_path):
         """With max_attempts 1, a job whose worker dies fails with "worker lost"."""
         s = server_factory(GPU1, builtin_worker=False)

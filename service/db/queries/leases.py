@@ -104,6 +104,11 @@ async def candidates(
     ]
 
 
+async def any_queued(conn: AsyncConnection) -> bool:
+    row = await conn.execute(text("SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued')"))
+    return bool(row.scalar_one())
+
+
 async def lock_queued(conn: AsyncConnection, job_ids: Sequence[int]) -> set[int]:
     """Lock those still queued; skip any another server is granting right now."""
     rows = await conn.execute(
