@@ -1,0 +1,387 @@
+"""Shared plumbing for berth's half of the benchmark: a real `berth serve` on a fresh database.
+
+Runs with the project's own interpreter (the one berth is installed in), so unlike
+``bench/benchlib.py`` it may import berth and its server dependencies. Processes are started
+through ``benchlib.spawn`` (own process group, killed on exit, on SIGTERM and on the hard
+timeout), so nothing outlives a run.
+
+* :class:`BerthServer`: create and migrate a database ``bench_berth_<scenario>``, start
+  ``python -m service serve --no-builtin-worker`` on a free loopback port, wait for ``/readyz``;
+* worker tokens minted in bulk straight into the ``tokens`` table (setup, not measurement);
+* :func:`count_jobs` and friends: measurement by SQL on the same database;
+* :class:`Profiler`: ``py-spy record --pid`` of the server for one phase when
+  ``BENCH_PROFILE_DIR`` is set (``bench/profile.py`` sets it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+BERTH_DIR = Path(__file__).resolve().parent
+BENCH_DIR = BERTH_DIR.parent
+REPO_DIR = BENCH_DIR.parent
+for _p in (str(BENCH_DIR), str(REPO_DIR)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import asyncpg  # noqa: E402
+import benchlib  # noqa: E402
+import httpx  # noqa: E402
+
+SYSTEM = "berth"
+
+# benchlib.spawn merges os.environ under a child's env: keep any caller's BERTH_* settings
+# (a token, a server, a config) out of the servers and workers this suite starts.
+for _k in [k for k in os.environ if k.startswith("BERTH_")]:
+    del os.environ[_k]
+PROFILE_ENV = "BENCH_PROFILE_DIR"  # set: profile the server's measured phase with py-spy
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def fresh_database(name: str) -> str:
+    """Drop and recreate ``name`` and migrate it with berth's Alembic migrations; its URL."""
+    url = benchlib.recreate_database(name)
+    from service.db import migrate
+
+    migrate.upgrade(url)
+    return url
+
+
+def raise_fd_limit(want: int = 65536) -> int:
+    """Raise RLIMIT_NOFILE towards ``want`` (children inherit it); returns the soft limit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+@dataclass
+class BerthServer:
+    """One ``berth serve`` process (no built-in worker) on its own database and home."""
+
+    scenario: str
+    config: dict[str, Any] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    home: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="berth-bench-")))
+    db_url: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+    _admin: str = ""
+
+    @property
+    def database(self) -> str:
+        suffix = os.environ.get("BENCH_DB_SUFFIX", "")  # tests: no clash with a running bench
+        return f"bench_berth_{self.scenario.replace('-', '_')}{suffix}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return benchlib.log_dir(SYSTEM) / f"{self.scenario}-serve.log"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
+        env.update(
+            BERTH_HOME=str(self.home),
+            BERTH_SERVER=self.url,
+            BERTH_DATABASE_URL=self.db_url,
+            BERTH_CONFIG_JSON=json.dumps(self.config),
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(extra)
+        return env
+
+    def start(self, timeout: float = 60.0) -> BerthServer:
+        self.db_url = fresh_database(self.database)
+        self.home.mkdir(parents=True, exist_ok=True)
+        atexit.register(shutil.rmtree, self.home, True)
+        argv = [sys.executable, "-m", "service", "serve", "--listen", f"127.0.0.1:{self.port}"]
+        argv.append("--no-builtin-worker")
+        self.proc = benchlib.spawn(argv, log_path=self.log_path, cwd=REPO_DIR, env=self.env())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"berth serve exited {self.proc.returncode}: {self.log_tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return self
+            time.sleep(0.05)
+        raise RuntimeError(f"berth serve not ready after {timeout:.0f} s: {self.log_tail()}")
+
+    def log_tail(self, chars: int = 1500) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-chars:]
+        return ""
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def admin_token(self) -> str:
+        if not self._admin:
+            self._admin = (self.home / "admin.token").read_text().strip()
+        return self._admin
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_token}"}
+
+    def api(self, method: str, path: str, **kw: Any) -> Any:
+        r = httpx.request(method, f"{self.url}{path}", headers=self.headers(), timeout=60, **kw)
+        if r.status_code >= 400:
+            raise RuntimeError(f"{method} {path}: {r.status_code} {r.text[:300]}")
+        return r.json()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            benchlib.stop(self.proc, grace=10.0)
+
+
+def worker_env(server: BerthServer, token: str, home: Path) -> dict[str, str]:
+    """Environment for a real ``berth worker`` process dialling ``server``."""
+    return server.env(BERTH_TOKEN=token, BERTH_HOME=str(home))
+
+
+def spawn_real_worker(
+    server: BerthServer, token: str, pool: str, name: str, *args: str
+) -> subprocess.Popen[bytes]:
+    home = server.home / f"worker-{name}"
+    home.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "service", "worker", "--server", server.url, "--pool", pool]
+    return benchlib.spawn(
+        [*argv, *args],
+        log_path=benchlib.log_dir(SYSTEM) / f"{server.scenario}-worker-{name}.log",
+        cwd=REPO_DIR,
+        env=worker_env(server, token, home),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokens and SQL
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+async def mint_worker_tokens(db_url: str, prefix: str, n: int) -> list[tuple[str, str]]:
+    """Insert ``n`` worker tokens named ``<prefix>-00000``…; returns (name, token) pairs.
+
+    Setup only: straight into the ``tokens`` table with berth's own mint/digest, since the API
+    creates one token per request (and audits each).
+    """
+    from service.auth import tokens as tokens_auth
+
+    pairs = [(f"{prefix}-{i:05d}", tokens_auth.mint()) for i in range(n)]
+    conn = await asyncpg.connect(plain(db_url))
+    try:
+        await conn.execute(
+            """
+            INSERT INTO tokens (name, kind, hash, tenants, created_by, expires_at)
+            SELECT name, 'worker', hash, '{}', 'service:bench', now() + interval '1 day'
+            FROM unnest($1::text[], $2::bytea[]) AS t(name, hash)
+            """,
+            [p[0] for p in pairs],
+            [tokens_auth.digest(p[1]) for p in pairs],
+        )
+    finally:
+        await conn.close()
+    return pairs
+
+
+def write_tokens(path: Path, pairs: list[tuple[str, str]]) -> Path:
+    path.write_text("".join(f"{name}\t{token}\n" for name, token in pairs))
+    path.chmod(0o600)
+    return path
+
+
+def plain(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+async def sql_rows(db_url: str, query: str, *args: Any) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(plain(db_url))
+    try:
+        return list(await conn.fetch(query, *args))
+    finally:
+        await conn.close()
+
+
+async def job_states(db_url: str) -> dict[str, int]:
+    rows = await sql_rows(db_url, "SELECT state, count(*) FROM jobs GROUP BY state")
+    return {r[0]: int(r[1]) for r in rows}
+
+
+async def wait_states(
+    db_url: str, state: str, n: int, timeout: float, every: float = 0.05
+) -> tuple[bool, float]:
+    """Poll until ``n`` jobs are in ``state``; (reached, time.time() when seen)."""
+    conn = await asyncpg.connect(plain(db_url))
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = await conn.fetchval("SELECT count(*) FROM jobs WHERE state = $1", state)
+            if got >= n:
+                return True, time.time()
+            await asyncio.sleep(every)
+        return False, time.time()
+    finally:
+        await conn.close()
+
+
+async def attached_workers(db_url: str) -> int:
+    rows = await sql_rows(db_url, "SELECT count(*) FROM workers WHERE server_id IS NOT NULL")
+    return int(rows[0][0])
+
+
+def postgres_version() -> str:
+    try:
+        return benchlib.psql("postgres", "SHOW server_version", timeout=10)
+    except (subprocess.SubprocessError, OSError):
+        return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# Sim worker processes
+
+
+def spawn_sim(
+    server: BerthServer,
+    tokens_file: Path,
+    *,
+    label: str,
+    pool: str = "sim",
+    parallel: int = 0,
+    extra: list[str] | None = None,
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start ``simworker.py`` for every token in ``tokens_file``; returns (proc, its log)."""
+    log = benchlib.log_dir(SYSTEM) / f"{server.scenario}-sim-{label}.log"
+    argv = [
+        sys.executable,
+        str(BERTH_DIR / "simworker.py"),
+        "--server",
+        server.url,
+        "--tokens",
+        str(tokens_file),
+        "--pool",
+        pool,
+        "--parallel",
+        str(parallel),
+        *(extra or []),
+    ]
+    return benchlib.spawn(argv, log_path=log, cwd=REPO_DIR), log
+
+
+def last_json(path: Path) -> dict[str, Any]:
+    """The last JSON object line of a log (a child's result)."""
+    with contextlib.suppress(OSError):
+        for line in reversed(path.read_text(errors="replace").splitlines()):
+            text = line.strip()
+            if text.startswith("{"):
+                with contextlib.suppress(json.JSONDecodeError):
+                    value = json.loads(text)
+                    if isinstance(value, dict):
+                        return value
+    return {}
+
+
+def wait_proc(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def interrupt(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """SIGTERM one child (not its group) so it can write its result, then make sure it is gone."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        if not wait_proc(proc, timeout):
+            benchlib.stop(proc, grace=1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Profiling, for bench/profile.py
+
+
+@dataclass
+class Profiler:
+    """``py-spy record`` of the server pid for one phase, when BENCH_PROFILE_DIR is set."""
+
+    server: BerthServer
+    name: str
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def out_dir(self) -> Path | None:
+        value = os.environ.get(PROFILE_ENV)
+        return Path(value) if value else None
+
+    def __enter__(self) -> Self:
+        out = self.out_dir
+        if out is None:
+            return self
+        out.mkdir(parents=True, exist_ok=True)
+        py_spy = Path(sys.executable).parent / "py-spy"
+        exe = str(py_spy) if py_spy.exists() else "py-spy"
+        self.proc = benchlib.spawn(
+            [
+                exe,
+                "record",
+                "--pid",
+                str(self.server.pid),
+                "--rate",
+                "200",
+                "--format",
+                "raw",
+                "--output",
+                str(out / f"{self.name}.collapsed.txt"),
+            ],
+            log_path=out / f"{self.name}.py-spy.log",
+        )
+        time.sleep(0.5)  # let it attach before the phase starts
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        # SIGINT: py-spy stops sampling and writes its output.
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGINT)
+        if not wait_proc(self.proc, 30.0):
+            benchlib.stop(self.proc, grace=1.0)
