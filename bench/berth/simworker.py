@@ -184,17 +184,19 @@ class Fleet:
                         sent = pending.pop(frame.seq, None)
                         if sent is not None:
                             s.acks.append((sent[0], time.monotonic() - sent[1]))
-                    case protocol.Lease():
+                    case protocol.Lease() | protocol.Leases():
                         now = time.time()
-                        s.leases += 1
-                        if s.first_lease_wall is None:
-                            s.first_lease_wall = now
-                        if probe:
-                            benchlib.probe_job(frame.job, 0.0, now)
-                        key = {"job": frame.job, "epoch": frame.epoch}
-                        await ws.send(protocol.encode(protocol.Started(**key)).decode())
-                        done = protocol.Finished(**key, state=SUCCEEDED, exit_code=0)
-                        await ws.send(protocol.encode(done).decode())
+                        batch = frame.leases if isinstance(frame, protocol.Leases) else (frame,)
+                        for lease in batch:
+                            s.leases += 1
+                            if s.first_lease_wall is None:
+                                s.first_lease_wall = now
+                            if probe:
+                                benchlib.probe_job(lease.job, 0.0, now)
+                            key = {"job": lease.job, "epoch": lease.epoch}
+                            await ws.send(protocol.encode(protocol.Started(**key)).decode())
+                            done = protocol.Finished(**key, state=SUCCEEDED, exit_code=0)
+                            await ws.send(protocol.encode(done).decode())
                     case protocol.ResultAck():
                         s.result_acks += 1
                         s.last_result_ack_wall = time.time()

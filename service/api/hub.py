@@ -249,9 +249,11 @@ class Hub:
         except (ValueError, KeyError, TypeError):
             log.warning("bad_worker_notice", payload=payload[:200])
             return
+        op = notice.get("op")
+        if op == "revoke":
+            self.rt.forget_caller(str(notice["worker"]))
         if session is None:
             return
-        op = notice.get("op")
         if op == "cancel":
             await session.send(protocol.Cancel(job=int(notice["job"]), epoch=int(notice["epoch"])))
             self.poke()

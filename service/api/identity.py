@@ -6,6 +6,7 @@ only the configured headers are read, a claim header sent twice is refused, and 
 """
 
 import hmac
+import time
 import uuid
 from typing import Any
 
@@ -56,11 +57,22 @@ def _bearer(connection: Conn) -> str:
     return credential.strip() if scheme.lower() == "bearer" else ""
 
 
+CALLER_TTL = 5.0
+
+
 async def _from_token(connection: Conn, rt: Runtime) -> Caller:
     credential = _bearer(connection)
     if not credential:
         raise Unauthenticated("missing bearer token (Authorization: Bearer brt_…)")
-    return await tokens.authenticate(rt.db, credential)
+    digest = tokens_auth.digest(credential)
+    cached = rt.callers.get(digest)
+    if cached is not None and cached[1] > time.monotonic():
+        return cached[0]
+    caller = await tokens.authenticate(rt.db, credential)
+    if len(rt.callers) > 10_000:  # bounded: a flood of distinct tokens cannot grow it
+        rt.callers.clear()
+    rt.callers[digest] = (caller, time.monotonic() + CALLER_TTL)
+    return caller
 
 
 async def _from_proxy(connection: Conn, rt: Runtime) -> Caller:

@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from service.auth.callers import Caller
 from service.config import Config
 from service.core.placement import PoolSpec
 from service.db.engine import Database
@@ -23,6 +24,14 @@ class Runtime:
     # The built-in worker's token: minted at start, held only in this process's memory.
     builtin_token: str = ""
     jwks: "Jwks | None" = None  # the issuer's keys, when verify_jwt
+    # token sha256 -> (caller, monotonic expiry): saves a transaction per request. Revocation
+    # drops entries on every server at once (NOTIFY); the TTL bounds what a lost NOTIFY costs.
+    callers: dict[bytes, tuple[Caller, float]] = field(default_factory=dict)
+
+    def forget_caller(self, name: str) -> None:
+        for digest, (caller, _) in list(self.callers.items()):
+            if caller.name == name:
+                del self.callers[digest]
     hub: "Hub | None" = None
 
     def the_hub(self) -> "Hub":

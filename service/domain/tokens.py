@@ -75,8 +75,8 @@ async def revoke(db: Database, caller: Caller, *, name: str, request_id: str = "
         record = await tokens_q.revoke(conn, name=name)
         if record is None:
             raise NotFound(f"no live token named {name!r}")
-        if record.kind == TokenKind.WORKER:
-            await workers_q.notify(conn, {"op": "revoke", "worker": name})
+        # Every server drops the token from its cache; the one holding a worker's socket closes it.
+        await workers_q.notify(conn, {"op": "revoke", "worker": name, "kind": record.kind})
         await audit.record(conn, caller, "token.revoked", name, request_id=request_id)
     return record
 

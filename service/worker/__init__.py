@@ -2,6 +2,6 @@
 
 Contracts: imports no database, web-framework or migration code (an import-linter contract and a
 subprocess test keep it so), and no structlog: stdlib logging only. A job never outlives its
-worker (shim.py), and a worker that hears no ack kills its jobs two heartbeats before the
+worker (runner.SHIM), and a worker that hears no ack kills its jobs two heartbeats before the
 server could move their leases (main.Watchdog).
 """

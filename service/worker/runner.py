@@ -1,8 +1,8 @@
 """The process runner: one job in its own process group and working directory.
 
 stdout/stderr are streamed to `emit` as they come. Cancel and timeout kill the whole group
-(TERM, then KILL after the grace period) and touch no other job. The group leader is shim.py,
-which kills the group if this worker process dies.
+(TERM, then KILL after the grace period) and touch no other job. The group leader is SHIM, a
+few lines of POSIX sh that kill the whole group when this worker process dies, even by kill -9.
 """
 
 import asyncio
@@ -10,7 +10,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,24 @@ from pathlib import Path
 from service import protocol
 
 Emit = Callable[[str, str], None]  # (stream, text)
+
+# The job's group leader. $1 is the read end of a pipe whose write end only the worker holds:
+# when the worker dies for any reason the kernel closes it, `read` sees EOF, and the watcher
+# kills the whole group. TERM is ignored by the shell (set after the job started, since exec
+# keeps ignored signals) so it stays to report the job's exit; the job itself takes TERM.
+# sh, not Python: it starts in about a millisecond, and it starts for every job.
+SHIM = """
+fd=$1; shift
+"$@" &
+job=$!
+trap '' TERM
+( read -r _ <&"$fd"; kill -KILL 0 ) &
+watcher=$!
+wait "$job"
+code=$?
+kill -KILL "$watcher" 2>/dev/null
+exit "$code"
+"""
 
 
 @dataclass
@@ -60,11 +77,11 @@ class Run:
         os.set_inheritable(read_end, True)
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "service.worker.shim",
+                "/bin/sh",
+                "-c",
+                SHIM,
+                "berth-job",
                 str(read_end),
-                "--",
                 *self.argv(),
                 cwd=self.workdir,
                 env=env,

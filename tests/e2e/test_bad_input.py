@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from tests.procs import wait_for
+
 BAD_BODIES = [
     pytest.param(b"{not json", "malformed JSON", id="malformed"),
     pytest.param(b'{"comand": ["true"]}', "comand", id="unknown-field"),
@@ -75,6 +77,16 @@ class TestApi:
         assert httpx.get(f"{s.url}/healthz").json() == {"status": "ok"}
         schema = httpx.get(f"{s.url}/schema/openapi.json")
         assert schema.status_code == 200 and "/api/v1/jobs" in schema.json()["paths"]
+
+    def test_revoked_token_stops_working_at_once(self, server_factory):
+        """A token used a moment ago (and so cached) is refused right after its revocation."""
+        s = server_factory(builtin_worker=False)
+        r = s.api("POST", "/api/v1/tokens", json={"name": "ci", "kind": "service"})
+        ci = r.json()["token"]
+        assert s.api("GET", "/api/v1/jobs", token=ci).status_code == 200
+        assert s.api("DELETE", "/api/v1/tokens/ci").status_code == 200
+        wait_for(lambda: s.api("GET", "/api/v1/jobs", token=ci).status_code == 401, 2, "refusal")
+        assert s.api("GET", "/api/v1/jobs", token=ci).json()["error"] == "token revoked"
 
     def test_duplicate_token_name_is_a_conflict(self, server_factory):
         """A second live token with the same name is a 409, and the first still works."""

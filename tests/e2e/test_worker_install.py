@@ -34,7 +34,7 @@ class TestWorkerInstall:
             [
                 sys.executable,
                 "-c",
-                "import service.worker.main, service.worker.runner, service.worker.shim",
+                "import service.worker.main, service.worker.runner",
             ],
         ):
             r = subprocess.run(

@@ -28,6 +28,8 @@ TO_SERVER = [
     p.Output(job=1, epoch=2, stream="stderr", data="line ✓\n"),
     p.Finished(job=1, epoch=2, state="succeeded", exit_code=0),
     p.Finished(job=1, epoch=2, state="timed_out"),
+    p.Bye(released=((4, 2), (5, 1))),
+    p.Bye(),
 ]
 
 TO_WORKER = [
@@ -58,6 +60,12 @@ TO_WORKER = [
         timeout_seconds=1.5,
     ),
     p.Lease(job=6, epoch=2, kind="default", python="print('hi')"),
+    p.Leases(
+        leases=(
+            p.Lease(job=7, epoch=1, kind="default", command=("true",)),
+            p.Lease(job=8, epoch=3, kind="eval", command=("false",)),
+        )
+    ),
     p.Cancel(job=5, epoch=1),
     p.Stale(job=5, epoch=1),
     p.ResultAck(job=5, epoch=1),
