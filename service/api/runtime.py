@@ -32,6 +32,7 @@ class Runtime:
         for digest, (caller, _) in list(self.callers.items()):
             if caller.name == name:
                 del self.callers[digest]
+
     hub: "Hub | None" = None
 
     def the_hub(self) -> "Hub":

@@ -6,13 +6,22 @@ from typing import Any, Self
 
 from sqlalchemy import Row
 
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    names = _NAMES.get(cls)
+    if names is None:  # dataclasses.fields() is slow: once per record type
+        names = _NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
 
 @dataclass(frozen=True, slots=True)
 class Record:
     @classmethod
     def of(cls, row: Row[Any] | Any) -> Self:  # noqa: ANN401  (any Row shape)
         m = row._mapping
-        return cls(**{f.name: m[f.name] for f in fields(cls)})
+        return cls(**{name: m[name] for name in _names(cls)})
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,10 @@ from service.db.queries import workers as workers_q
 from service.db.records import JobRecord
 from service.domain.fleet import view_of
 
-OVERFETCH = 4  # candidates locked per free slot: room for label and pool mismatches
+# Candidates locked per free slot, plus a few: room for label and pool mismatches without
+# reading (and building records for) four rows per slot on a busy pass.
+OVERFETCH = 1.5
+EXTRA = 16
 
 
 async def run_pass(
@@ -54,8 +57,8 @@ async def run_pass(
             conn,
             kinds=sorted(free_kinds),
             pools=sorted(open_pools),
-            per_tenant=total * OVERFETCH,
-            limit=total * OVERFETCH,
+            per_tenant=int(total * OVERFETCH) + EXTRA,
+            limit=int(total * OVERFETCH) + EXTRA,
         )
         if not wants:
             return []

@@ -136,7 +136,11 @@ async def report(db: Database, batch: Reports) -> Verdicts:
 
 
 async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
-    started = await reports_q.start_many(conn, [(f.job, f.epoch, w.id) for w, f in batch.started])
+    ending = {(f.job, f.epoch) for _, f in batch.finished}
+    # A job that also finishes in this flush skips 'running': finish sets started_at itself.
+    started = await reports_q.start_many(
+        conn, [(f.job, f.epoch, w.id) for w, f in batch.started if (f.job, f.epoch) not in ending]
+    )
     output = await reports_q.output_many(
         conn, [(f.job, f.epoch, w.id, f.stream, f.data) for w, f in batch.output]
     )
@@ -153,7 +157,8 @@ async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
     resent = await reports_q.already_finished(conn, refused)
     stale: set[tuple[str, int, int]] = set()
     for w, s in batch.started:
-        if (s.job, s.epoch) not in started:
+        key = (s.job, s.epoch)
+        if key not in started and (key not in ending or key not in finished):
             stale.add((w.id, s.job, s.epoch))
     for w, o in batch.output:
         if (o.job, o.epoch) not in output:

@@ -100,6 +100,7 @@ async def submit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     created = await jobs.submit(
         rt.db, caller, [_spec(b) for b in bodies], rt.pools, request_id=request_id(request)
     )
+    rt.the_hub().poke()  # this server's workers need not wait for the NOTIFY round trip
     if batch:
         return {"ids": [j.id for j in created]}
     return job_json(created[0])
