@@ -3,7 +3,6 @@
 Alembic's own command, so CI proves models and migrations agree the way ops would check it.
 """
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -13,24 +12,11 @@ from tests import pg
 
 
 def main() -> int:
-    with pg.server() as admin_url:
-        name = f"berth_alembic_check_{os.getpid()}"
-        asyncio.run(
-            pg.admin(
-                admin_url,
-                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                f'CREATE DATABASE "{name}"',
-            )
-        )
-        try:
-            url = pg.with_db(admin_url, name)
-            migrate.upgrade(url)
-            env = {**os.environ, "BERTH_DATABASE_URL": url}
-            return subprocess.run(
-                [sys.executable, "-m", "alembic", "check"], env=env, check=False
-            ).returncode
-        finally:
-            asyncio.run(pg.admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with pg.server() as admin_url, pg.scratch(admin_url, f"berth_alembic_{os.getpid()}") as url:
+        migrate.upgrade(url)
+        env = {**os.environ, "BERTH_DATABASE_URL": url}
+        check = [sys.executable, "-m", "alembic", "check"]
+        return subprocess.run(check, env=env, check=False).returncode
 
 
 if __name__ == "__main__":

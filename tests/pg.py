@@ -70,6 +70,18 @@ def make_template(url: str) -> str:
     return name
 
 
+@contextlib.contextmanager
+def scratch(url: str, name: str) -> Iterator[str]:
+    """An empty database `name` (made anew), dropped on exit; yields its URL."""
+    asyncio.run(
+        admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    )
+    try:
+        yield with_db(url, name)
+    finally:
+        asyncio.run(admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
 def drop_template(url: str, name: str) -> None:
     asyncio.run(admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 

@@ -130,18 +130,10 @@ class Server:
         return r.out.strip()
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
+        kill(self.proc, sig)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
 
 
 @dataclass
@@ -169,18 +161,27 @@ class Worker:
         return Result(self.proc.returncode, out, err)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
+        kill(self.proc, sig)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
+
+
+def kill(proc: subprocess.Popen[Any] | None, sig: int = signal.SIGKILL) -> None:
+    if proc and proc.poll() is None:
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+
+
+def stop(proc: subprocess.Popen[Any] | None) -> None:
+    """TERM, and KILL when it has not ended in 20 s."""
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def wait_for(predicate: Any, timeout: float, what: str, every: float = 0.1) -> Any:

@@ -173,24 +173,11 @@ class TestCli:
 
     def test_unmigrated_database_is_refused(self, pg_admin_url, tmp_path):
         """`berth serve` on an unmigrated database refuses to start and says to run db upgrade."""
-        import asyncio
 
         from tests import pg
 
-        name = "berth_unmigrated"
-        asyncio.run(
-            pg.admin(
-                pg_admin_url,
-                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                f'CREATE DATABASE "{name}"',
-            )
-        )
-        try:
-            env = {
-                "BERTH_DATABASE_URL": pg.with_db(pg_admin_url, name),
-                "PATH": "/usr/bin",
-                "BERTH_HOME": str(tmp_path),
-            }
+        with pg.scratch(pg_admin_url, "berth_unmigrated") as url:
+            env = {"BERTH_DATABASE_URL": url, "PATH": "/usr/bin", "BERTH_HOME": str(tmp_path)}
             r = subprocess.run(
                 [sys.executable, "-m", "service", "serve", "--listen", "127.0.0.1:0"],
                 env=env,
@@ -201,5 +188,3 @@ class TestCli:
             )
             assert r.returncode != 0 and "berth db upgrade" in r.stderr
             assert "Traceback" not in r.stderr
-        finally:
-            asyncio.run(pg.admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

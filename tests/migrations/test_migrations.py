@@ -21,24 +21,13 @@ class TestMigrations:
 
     def test_round_trip_on_an_empty_database(self, pg_admin_url):
         """upgrade head -> downgrade base -> upgrade head works on an empty database."""
-        name = "berth_roundtrip"
-        asyncio.run(
-            pg.admin(
-                pg_admin_url,
-                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                f'CREATE DATABASE "{name}"',
-            )
-        )
-        url = pg.with_db(pg_admin_url, name)
-        try:
+        with pg.scratch(pg_admin_url, "berth_roundtrip") as url:
             migrate.upgrade(url)
             assert asyncio.run(migrate.current(url)) == migrate.head()
             migrate.downgrade(url, "base")
             assert asyncio.run(migrate.current(url)) is None
             migrate.upgrade(url)
             assert asyncio.run(migrate.current(url)) == migrate.head()
-        finally:
-            asyncio.run(pg.admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
     def test_models_match_migrations(self, pg_admin_url, template_db):
         """Autogenerate finds nothing to add: schema.py and the migrations agree."""
@@ -58,17 +47,6 @@ class TestMigrations:
 
     def test_unmigrated_database_is_detected(self, pg_admin_url):
         """A database that was never migrated reports no current revision."""
-        name = "berth_empty"
-        asyncio.run(
-            pg.admin(
-                pg_admin_url,
-                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                f'CREATE DATABASE "{name}"',
-            )
-        )
-        try:
-            url = pg.with_db(pg_admin_url, name)
+        with pg.scratch(pg_admin_url, "berth_empty") as url:
             assert asyncio.run(migrate.current(url)) is None
             assert asyncio.run(migrate.is_current(url)) is False
-        finally:
-            asyncio.run(pg.admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
