@@ -854,3 +854,14 @@ class TestBerthProxySectionMatchesEnvoy:
         assert proxy["claims"]["principal"] == "x-jwt-sub"
         pinned = view.jwt.providers[WORKERS_PROVIDER].subjects.exact
         assert all(r["when"] == {"principal": pinned} for r in worker_rules)
+
+    def test_example_is_a_valid_berth_config(self, tmp_path: Path) -> None:
+        """The example loads as berth's own config: every key is one berth knows."""
+        from service import config
+
+        path = tmp_path / "berth.toml"
+        blocks = re.findall(r"```toml\n(.*?)```", DEPLOY_README.read_text(), flags=re.DOTALL)
+        path.write_text(next(b for b in blocks if "[network.proxy]" in b))
+        loaded = config.load(path, environ={})
+        assert loaded.network.auth == "proxy"
+        assert [r.caller for r in loaded.network.proxy.rules] == ["human", "service", "worker"]
