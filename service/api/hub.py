@@ -105,19 +105,22 @@ class Hub:
             if stop.is_set():
                 return
             try:
-                grants = await dispatch.run_pass(self.rt.db, list(self.sessions), self.rt.pools)
+                done = await dispatch.run_pass(self.rt.db, list(self.sessions), self.rt.pools)
             except Exception as exc:  # the database may be restarting: try again shortly
                 log.warning("dispatch_pass_failed", error=repr(exc))
                 await asyncio.sleep(0.5)
                 self.poke()
                 continue
             by_worker: dict[str, list[JobRecord]] = {}
-            for worker_id, job in grants:
+            for worker_id, job in done.grants:
                 by_worker.setdefault(worker_id, []).append(job)
             for worker_id, jobs in by_worker.items():
                 await self._send_leases(worker_id, jobs)
-            if grants:
+            if done.grants:
                 self.poke()  # slots may remain and more jobs wait: go again at once
+            elif done.contended:  # another server held our picks: let it commit, then retry
+                await asyncio.sleep(0.01)
+                self.poke()
 
     async def _send_leases(self, worker_id: str, jobs: list[JobRecord]) -> None:
         """One frame per worker per pass, however many leases it got."""

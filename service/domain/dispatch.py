@@ -6,6 +6,7 @@ with SKIP LOCKED, and `leases_one_live_per_job` rejects any second live lease ou
 """
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -24,15 +25,19 @@ OVERFETCH = 1.5
 EXTRA = 16
 
 
-async def run_pass(
-    db: Database, worker_ids: Sequence[str], pools: Mapping[str, PoolSpec]
-) -> list[tuple[str, JobRecord]]:
-    """Lease queued jobs to free slots of `worker_ids`; returns (worker id, job) grants."""
+@dataclass(frozen=True, slots=True)
+class Pass:
+    grants: list[tuple[str, JobRecord]] = field(default_factory=list)  # (worker id, job)
+    contended: bool = False  # another server held some of our picks: pass again soon
+
+
+async def run_pass(db: Database, worker_ids: Sequence[str], pools: Mapping[str, PoolSpec]) -> Pass:
+    """Lease queued jobs to free slots of `worker_ids`."""
     if not worker_ids:
-        return []
+        return Pass()
     async with db.begin() as conn:
         if not await leases_q.any_queued(conn):  # the common idle case: one indexed probe
-            return []
+            return Pass()
         records = await workers_q.by_ids(conn, worker_ids)
         used = await leases_q.live_counts(conn, worker_ids)
         views = [view_of(w, used.get(w.id, {}), attached=True) for w in records]
@@ -52,7 +57,7 @@ async def run_pass(
                 open_pools.add(v.pool)
                 free_kinds |= {k for k, c in free.items() if c > 0}
         if total == 0:
-            return []
+            return Pass()
         wants = await leases_q.candidates(
             conn,
             kinds=sorted(free_kinds),
@@ -61,16 +66,27 @@ async def run_pass(
             limit=int(total * OVERFETCH) + EXTRA,
         )
         if not wants:
-            return []
-        locked = await leases_q.lock_queued(conn, [w.id for w in wants])
-        wants = [w for w in wants if w.id in locked]
+            return Pass()
         attached = views
         if any(w.device_policy is DevicePolicy.PREFER and w.labels for w in wants):
             attached = await _attached_everywhere(conn)
-        chosen = placement.assign(wants, views, pools, attached=attached)
+        # Place first, then lock what was placed (others after it, in order, as stand-ins for
+        # any that another server holds right now), then place again over what we hold.
+        tentative = placement.assign(wants, views, pools, attached=attached)
+        if not tentative:
+            return Pass()
+        first = [j.id for j, _ in tentative]
+        order = first + [w.id for w in wants if w.id not in set(first)]
+        locked = await leases_q.lock_queued(conn, order, want=len(tentative))
+        chosen = placement.assign(
+            [w for w in wants if w.id in locked], views, pools, attached=attached
+        )
         granted = await leases_q.grant(conn, [(j.id, w.id, w.name) for j, w in chosen])
     by_job = {j.id: w.id for j, w in chosen}
-    return [(by_job[job.id], job) for job in granted]
+    return Pass(
+        grants=[(by_job[job.id], job) for job in granted],
+        contended=len(chosen) < len(tentative),
+    )
 
 
 async def _attached_everywhere(conn: AsyncConnection) -> list[placement.WorkerView]:

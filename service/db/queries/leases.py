@@ -109,13 +109,23 @@ async def any_queued(conn: AsyncConnection) -> bool:
     return bool(row.scalar_one())
 
 
-async def lock_queued(conn: AsyncConnection, job_ids: Sequence[int]) -> set[int]:
-    """Lock those still queued; skip any another server is granting right now."""
+async def lock_queued(conn: AsyncConnection, job_ids: Sequence[int], *, want: int) -> set[int]:
+    """Lock up to `want` of these, first in the order given, that are still queued.
+
+    Rows another server is granting right now are skipped, so servers racing over the same
+    candidates each take the next free ones instead of all but one coming away empty.
+    """
     rows = await conn.execute(
         text(
-            "SELECT id FROM jobs WHERE id = ANY(:ids) AND state = 'queued' FOR UPDATE SKIP LOCKED"
+            """
+            SELECT id FROM jobs
+            WHERE id = ANY(CAST(:ids AS bigint[])) AND state = 'queued'
+            ORDER BY array_position(CAST(:ids AS bigint[]), id)
+            LIMIT :want
+            FOR UPDATE SKIP LOCKED
+            """
         ),
-        {"ids": list(job_ids)},
+        {"ids": list(job_ids), "want": want},
     )
     return {r[0] for r in rows}
 
