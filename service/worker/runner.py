@@ -18,18 +18,20 @@ from service import protocol
 
 Emit = Callable[[str, str], None]  # (stream, text)
 
-# The job's group leader. $1 is the read end of a pipe whose write end only the worker holds:
-# when the worker dies for any reason the kernel closes it, `read` sees EOF, and the watcher
-# kills the whole group. TERM is ignored by the shell (set after the job started, since exec
-# keeps ignored signals) so it stays to report the job's exit; the job itself takes TERM.
+# The job's group leader. Its stdin is the read end of a pipe whose write end only the worker
+# holds: when the worker dies for any reason the kernel closes it, `read` sees EOF, and the
+# watcher kills the whole group. The pipe moves to fd 3 (sh takes one-digit fds only) and the
+# job gets /dev/null. TERM is ignored by the shell (set after the job started, since exec keeps
+# ignored signals) so it stays to report the job's exit; the job itself takes TERM.
 # sh, not Python: it starts in about a millisecond, and it starts for every job.
 SHIM = """
-fd=$1; shift
-"$@" &
+exec 3<&0 0</dev/null
+"$@" 3<&- &
 job=$!
 trap '' TERM
-( read -r _ <&"$fd"; kill -KILL 0 ) &
+( read -r _ <&3; kill -KILL 0 ) &
 watcher=$!
+exec 3<&-
 wait "$job"
 code=$?
 kill -KILL "$watcher" 2>/dev/null
@@ -74,22 +76,19 @@ class Run:
         env["BERTH_JOB_ID"] = str(self.lease.job)
         env["BERTH_ATTEMPT"] = str(self.lease.epoch)
         read_end, write_end = os.pipe()
-        os.set_inheritable(read_end, True)
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 "/bin/sh",
                 "-c",
                 SHIM,
                 "berth-job",
-                str(read_end),
                 *self.argv(),
                 cwd=self.workdir,
                 env=env,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=read_end,  # the shim's lifeline to this worker (see SHIM)
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # its own process group: cancel kills exactly this job
-                pass_fds=(read_end,),
             )
         except OSError as exc:
             os.close(write_end)
