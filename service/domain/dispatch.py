@@ -36,11 +36,11 @@ async def run_pass(db: Database, worker_ids: Sequence[str], pools: Mapping[str, 
     if not worker_ids:
         return Pass()
     async with db.begin() as conn:
-        if not await leases_q.any_queued(conn):  # the common idle case: one indexed probe
+        # Idle (nothing queued) ends here, after one round trip.
+        found = await workers_q.placeable_if_queued(conn, worker_ids)
+        if not found:
             return Pass()
-        records = await workers_q.by_ids(conn, worker_ids)
-        used = await leases_q.live_counts(conn, worker_ids)
-        views = [view_of(w, used.get(w.id, {}), attached=True) for w in records]
+        views = [view_of(w, used, attached=True) for w, used in found]
         free_kinds: set[str] = set()
         total = 0
         open_pools: set[str] = set()

@@ -114,25 +114,7 @@ async def submit(
         if row["secrets"]:
             await secrets.check_exist(db, tenant=row["tenant"], wanted=row["secrets"])
     async with db.begin() as conn:
-        await jobs_q.ensure_tenants(conn, sorted({r["tenant"] for r in rows}))
-        created = await jobs_q.insert_many(conn, rows)
-        await audit.record(
-            conn,
-            caller,
-            "job.submitted",
-            _ids_target(created),
-            tenant=created[0].tenant if len({j.tenant for j in created}) == 1 else None,
-            request_id=request_id,
-            count=len(created),
-        )
-    return created
-
-
-def _ids_target(created: Sequence[JobRecord]) -> str:
-    """One job's id, or the first and last of a batch (ids of one insert are consecutive)."""
-    if len(created) == 1:
-        return str(created[0].id)
-    return f"{created[0].id}..{created[-1].id}"
+        return await jobs_q.submit_many(conn, rows, caller=str(caller), request_id=request_id)
 
 
 async def get(db: Database, caller: Caller, job_id: int) -> JobRecord:

@@ -104,11 +104,6 @@ async def candidates(
     ]
 
 
-async def any_queued(conn: AsyncConnection) -> bool:
-    row = await conn.execute(text("SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued')"))
-    return bool(row.scalar_one())
-
-
 async def lock_queued(conn: AsyncConnection, job_ids: Sequence[int], *, want: int) -> set[int]:
     """Lock up to `want` of these, first in the order given, that are still queued.
 

@@ -12,12 +12,12 @@ from service.db.records import WorkerRecord
 
 WORKERS_CHANNEL = "berth_workers_v1"
 
-_SELECT = """
+_COLUMNS = """
     SELECT id::text AS id, name, pool, state, liveness, instance, server_id, labels, parallel,
            host, python, env_digest, version, attached_at, last_seen_at,
            extract(epoch FROM clock_timestamp() - last_seen_at)::float8 AS seen_seconds_ago
-    FROM workers
 """
+_SELECT = _COLUMNS + " FROM workers "
 
 
 async def attach(
@@ -179,6 +179,31 @@ async def notify(conn: AsyncConnection, payload: dict[str, Any]) -> None:
     await conn.execute(
         text("SELECT pg_notify(:ch, :p)"), {"ch": WORKERS_CHANNEL, "p": json.dumps(payload)}
     )
+
+
+async def placeable_if_queued(
+    conn: AsyncConnection, ids: Sequence[str]
+) -> list[tuple[WorkerRecord, dict[str, int]]]:
+    """These workers with their live leases per kind; nothing at all when no job is queued.
+
+    One round trip for what a dispatch pass needs first (and, when idle, all it needs).
+    """
+    rows = await conn.execute(
+        text(
+            _COLUMNS  # noqa: S608  (constant column list, no input)
+            + """,
+                coalesce((SELECT jsonb_object_agg(kind, n) FROM (
+                    SELECT kind, count(*) AS n FROM leases l
+                    WHERE l.worker_id = workers.id AND l.state = 'live' GROUP BY kind) c),
+                    '{}'::jsonb) AS used
+            FROM workers
+            WHERE id = ANY(CAST(:ids AS uuid[]))
+              AND EXISTS (SELECT 1 FROM jobs WHERE state = 'queued')
+            """
+        ),
+        {"ids": list(ids)},
+    )
+    return [(WorkerRecord.of(r), dict(r.used)) for r in rows]
 
 
 async def by_ids(conn: AsyncConnection, ids: Sequence[str]) -> list[WorkerRecord]:
