@@ -8,6 +8,7 @@ that order is computed in SQL) and the workers with their pools, and gets back a
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from service.core.states import DevicePolicy, Liveness, WorkerState
 
@@ -53,6 +54,18 @@ class JobWant:
     labels: frozenset[str]
     device_policy: DevicePolicy
     priority: int = 0
+
+    @classmethod
+    def of(cls, job: Any) -> "JobWant":  # noqa: ANN401  (a job row or record: same names)
+        return cls(
+            id=job.id,
+            tenant=job.tenant,
+            kind=job.kind,
+            pool=job.pool,
+            labels=frozenset(job.labels),
+            device_policy=DevicePolicy(job.device_policy),
+            priority=job.priority,
+        )
 
 
 def blocked_by(worker: WorkerView, pool: PoolSpec) -> str | None:

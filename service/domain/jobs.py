@@ -133,16 +133,7 @@ async def waiting_for(db: Database, job: JobRecord, pools: Mapping[str, PoolSpec
         workers = await workers_q.list_all(conn)
         used = await leases_q.live_counts(conn, [w.id for w in workers])
     views = worker_views(workers, used)
-    want = placement.JobWant(
-        id=job.id,
-        tenant=job.tenant,
-        kind=job.kind,
-        pool=job.pool,
-        labels=frozenset(job.labels),
-        device_policy=DevicePolicy(job.device_policy),
-        priority=job.priority,
-    )
-    return placement.waiting_for(want, views, pools)
+    return placement.waiting_for(placement.JobWant.of(job), views, pools)
 
 
 async def list_visible(

@@ -12,7 +12,6 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.placement import JobWant
-from service.core.states import DevicePolicy
 from service.db.records import JobRecord
 
 _JOB_COLS = ", ".join(f"jobs.{f}" for f in JobRecord.__dataclass_fields__)
@@ -90,18 +89,7 @@ async def candidates(
         ),
         {"kinds": list(kinds), "pools": list(pools), "per_tenant": per_tenant, "limit": limit},
     )
-    return [
-        JobWant(
-            id=r.id,
-            tenant=r.tenant,
-            kind=r.kind,
-            pool=r.pool,
-            labels=frozenset(r.labels),
-            device_policy=DevicePolicy(r.device_policy),
-            priority=r.priority,
-        )
-        for r in rows
-    ]
+    return [JobWant.of(r) for r in rows]
 
 
 async def lock_queued(conn: AsyncConnection, job_ids: Sequence[int], *, want: int) -> set[int]:
