@@ -260,9 +260,7 @@ class Worker:
             python=self.opts.python,
             grace=grace,
             emit=lambda stream, data: self.outbox.put_nowait(
-                protocol.Output(
-                    job=lease.job, epoch=lease.epoch, stream=stream, data=redact(data, lease)
-                )
+                protocol.Output(job=lease.job, epoch=lease.epoch, stream=stream, data=data)
             ),
         )
         self.runs[key] = run
@@ -307,14 +305,6 @@ class Worker:
     async def _wait_all(self) -> None:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-def redact(data: str, lease: protocol.Lease) -> str:
-    """Mask the lease's secret values in captured output (longest first, so none leaks a part)."""
-    for value in sorted(lease.secrets.values(), key=len, reverse=True):
-        if len(value) >= 3:  # masking one or two characters would garble output, not protect
-            data = data.replace(value, "***")
-    return data
 
 
 def _body(exc: InvalidStatus) -> str:

@@ -6,6 +6,7 @@ few lines of POSIX sh that kill the whole group when this worker process dies, e
 """
 
 import asyncio
+import codecs
 import contextlib
 import os
 import shutil
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service import protocol
+from service.worker.redaction import Redactor
 
 Emit = Callable[[str, str], None]  # (stream, text)
 
@@ -132,8 +134,14 @@ class Run:
         return Outcome("failed", code, f"exited with {code}")
 
     async def _pump(self, stream: asyncio.StreamReader, name: str) -> None:
+        """Stream output, decoded incrementally (a character may straddle reads), secrets masked."""
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        redactor = Redactor(self.lease.secrets.values())
         while chunk := await stream.read(65536):
-            self.emit(name, chunk.decode("utf-8", "replace"))
+            if text := redactor.feed(decoder.decode(chunk)):
+                self.emit(name, text)
+        if text := redactor.feed(decoder.decode(b"", final=True)) + redactor.flush():
+            self.emit(name, text)
 
     async def stop(self, reason: str) -> None:
         """Kill the job's whole group (TERM, then KILL after the grace period)."""
