@@ -408,22 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(m.venv == "celery" for m in measurements):
         benchlib.ensure_redis()
 
-    results_dir = BENCH_DIR / "results"
-    results_dir.mkdir(exist_ok=True)
-    raw_path = results_dir / f"run-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-    raw: dict[str, list[dict[str, Any]]] = {m.name: [] for m in measurements}
-    try:
-        with raw_path.open("w") as raw_file:
-            for run in range(runs):
-                for m in measurements:
-                    result = run_one(m)
-                    raw[m.name].append(result)
-                    line = {"measurement": m.name, "run": run + 1, **result}
-                    raw_file.write(json.dumps(line) + "\n")
-                    raw_file.flush()
-                    print(json.dumps(line), file=sys.stderr, flush=True)
-    finally:
-        benchlib.stop_all()
+    raw, raw_path = run_peers.run_interleaved(measurements, runs, run_one, prefix="run")
 
     summaries = [run_peers.summarise(m.name, raw[m.name]) for m in measurements]
     by_name = {s["measurement"]: s for s in summaries}

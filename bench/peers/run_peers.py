@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,33 @@ def plan(quick: bool) -> list[Measurement]:
         for server in HTTP_SERVERS
     )
     return out
+
+
+def run_interleaved(
+    measurements: list[Any],
+    runs: int,
+    run_one: Callable[[Any], dict[str, Any]],
+    *,
+    prefix: str,
+) -> tuple[dict[str, list[dict[str, Any]]], Path]:
+    """Run 1 of each measurement, then run 2, ...; each result also to results/<prefix>-*.jsonl."""
+    results_dir = BENCH_DIR / "results"
+    results_dir.mkdir(exist_ok=True)
+    raw_path = results_dir / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    raw: dict[str, list[dict[str, Any]]] = {m.name: [] for m in measurements}
+    try:
+        with raw_path.open("w") as raw_file:
+            for run in range(runs):
+                for m in measurements:
+                    result = run_one(m)
+                    raw[m.name].append(result)
+                    line = {"measurement": m.name, "run": run + 1, **result}
+                    raw_file.write(json.dumps(line) + "\n")
+                    raw_file.flush()
+                    print(json.dumps(line), file=sys.stderr, flush=True)
+    finally:
+        benchlib.stop_all()
+    return raw, raw_path
 
 
 def run_one(m: Measurement) -> dict[str, Any]:
@@ -157,22 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(m.venv == "celery" for m in measurements):
         benchlib.ensure_redis()
 
-    results_dir = BENCH_DIR / "results"
-    results_dir.mkdir(exist_ok=True)
-    raw_path = results_dir / f"peers-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-    raw: dict[str, list[dict[str, Any]]] = {m.name: [] for m in measurements}
-    try:
-        with raw_path.open("w") as raw_file:
-            for run in range(runs):
-                for m in measurements:
-                    result = run_one(m)
-                    raw[m.name].append(result)
-                    line = {"measurement": m.name, "run": run + 1, **result}
-                    raw_file.write(json.dumps(line) + "\n")
-                    raw_file.flush()
-                    print(json.dumps(line), file=sys.stderr, flush=True)
-    finally:
-        benchlib.stop_all()
+    raw, raw_path = run_interleaved(measurements, runs, run_one, prefix="peers")
 
     summaries = [summarise(m.name, raw[m.name]) for m in measurements]
     lines = [json.dumps(s) for s in summaries]

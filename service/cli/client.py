@@ -87,6 +87,15 @@ def print_json(data: Any) -> None:  # noqa: ANN401
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(data)).decode() + "\n")
 
 
+def listing(args: Any, data: Any, rows: list[list[str]], header: list[str]) -> int:  # noqa: ANN401
+    """A listing command's output: `data` as JSON with --json, else `rows` as a table."""
+    if args.json:
+        print_json(data)
+    else:
+        table(rows, header)
+    return 0
+
+
 def table(rows: list[list[str]], header: list[str]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     for row in [header, *rows]:

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from service.cli.client import Client, CliError, add_server_arg, print_json, table
+from service.cli.client import Client, CliError, add_server_arg, listing, print_json
 from service.core.states import JobState, exit_status
 
 
@@ -142,10 +142,9 @@ def list_jobs(args: argparse.Namespace) -> int:
     jobs = Client(args.server).call(
         "GET", "/api/v1/jobs", state=args.state, tenant=args.tenant, limit=args.limit
     )
-    if args.json:
-        print_json(jobs)
-        return 0
-    table(
+    return listing(
+        args,
+        jobs,
         [
             [
                 str(j["id"]),
@@ -162,7 +161,6 @@ def list_jobs(args: argparse.Namespace) -> int:
         ],
         ["ID", "STATE", "TENANT", "POOL", "KIND", "WORKER", "ATTEMPT", "EXIT", "COMMAND"],
     )
-    return 0
 
 
 def show(args: argparse.Namespace) -> int:

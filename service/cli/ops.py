@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.cli.client import Client, CliError, add_server_arg, print_json, table
+from service.cli.client import Client, CliError, add_server_arg, listing
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -59,17 +59,15 @@ def secret_set(args: argparse.Namespace) -> int:
 
 def secret_list(args: argparse.Namespace) -> int:
     rows = Client(args.server).call("GET", "/api/v1/secrets")
-    if args.json:
-        print_json(rows)
-        return 0
-    table(
+    return listing(
+        args,
+        rows,
         [
             [r["name"], r["tenant"] or "(global)", r["created_by"], r["updated_at"][:19]]
             for r in rows
         ],
         ["NAME", "TENANT", "SET BY", "UPDATED"],
     )
-    return 0
 
 
 def secret_rm(args: argparse.Namespace) -> int:
@@ -80,17 +78,15 @@ def secret_rm(args: argparse.Namespace) -> int:
 
 def audit_list(args: argparse.Namespace) -> int:
     rows = Client(args.server).call("GET", "/api/v1/audit", limit=args.limit)
-    if args.json:
-        print_json(rows)
-        return 0
-    table(
+    return listing(
+        args,
+        rows,
         [
             [str(r["seq"] or "-"), r["at"][:19], r["caller"], r["action"], r["target"][:40]]
             for r in rows
         ],
         ["SEQ", "AT", "CALLER", "ACTION", "TARGET"],
     )
-    return 0
 
 
 def audit_verify(args: argparse.Namespace) -> int:

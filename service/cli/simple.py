@@ -3,7 +3,7 @@
 import argparse
 from typing import Any
 
-from service.cli.client import Client, add_server_arg, print_json, table
+from service.cli.client import Client, add_server_arg, listing, print_json
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -19,10 +19,9 @@ def add(sub: Any) -> None:  # noqa: ANN401
 
 def pool_list(args: argparse.Namespace) -> int:
     pools = Client(args.server).call("GET", "/api/v1/pools")
-    if args.json:
-        print_json(pools)
-        return 0
-    table(
+    return listing(
+        args,
+        pools,
         [
             [
                 p["name"],
@@ -36,7 +35,6 @@ def pool_list(args: argparse.Namespace) -> int:
         ],
         ["POOL", "SLOTS", "WORKERS", "MAX_LOAD", "MIN_MEM_GB", "MIN_DISK_GB"],
     )
-    return 0
 
 
 def status(args: argparse.Namespace) -> int:

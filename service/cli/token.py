@@ -3,7 +3,7 @@
 import argparse
 from typing import Any
 
-from service.cli.client import Client, add_server_arg, print_json, table
+from service.cli.client import Client, add_server_arg, listing, print_json
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -45,10 +45,9 @@ def create(args: argparse.Namespace) -> int:
 
 def list_tokens(args: argparse.Namespace) -> int:
     tokens = Client(args.server).call("GET", "/api/v1/tokens")
-    if args.json:
-        print_json(tokens)
-        return 0
-    table(
+    return listing(
+        args,
+        tokens,
         [
             [
                 t["name"],
@@ -62,7 +61,6 @@ def list_tokens(args: argparse.Namespace) -> int:
         ],
         ["NAME", "KIND", "TENANTS", "EXPIRES", "STATE", "CREATED BY"],
     )
-    return 0
 
 
 def revoke(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.cli.client import Client, CliError, add_server_arg, home, print_json, table
+from service.cli.client import Client, CliError, add_server_arg, home, listing
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -81,9 +81,6 @@ def _gb(v: float | None) -> str:
 
 def list_workers(args: argparse.Namespace) -> int:
     workers = Client(args.server).call("GET", "/api/v1/workers")
-    if args.json:
-        print_json(workers)
-        return 0
     rows = []
     for w in workers:
         load = "-" if w["load"] is None else f"{w['load']:.1f}/{w['cpus']}"
@@ -102,8 +99,5 @@ def list_workers(args: argparse.Namespace) -> int:
                 w["no_lease"],
             ]
         )
-    table(
-        rows,
-        ["NAME", "POOL", "STATE", "SEEN", "LOAD", "MEM", "DISK", "SLOTS", "LABELS", "NO LEASE"],
-    )
-    return 0
+    header = ["NAME", "POOL", "STATE", "SEEN", "LOAD", "MEM", "DISK", "SLOTS", "LABELS", "NO LEASE"]
+    return listing(args, workers, rows, header)

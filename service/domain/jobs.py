@@ -110,9 +110,12 @@ async def submit(
     if len(specs) > MAX_BATCH:
         raise Invalid(f"at most {MAX_BATCH} jobs per request")
     rows = [validate(s, caller, pools) for s in specs]
+    wanted: dict[str, set[str]] = {}  # tenant -> secret names, so a batch checks once per tenant
     for row in rows:
-        if row["secrets"]:
-            await secrets.check_exist(db, tenant=row["tenant"], wanted=row["secrets"])
+        wanted.setdefault(row["tenant"], set()).update(row["secrets"].values())
+    for tenant, names in wanted.items():
+        if names:
+            await secrets.check_exist(db, tenant=tenant, names=names)
     async with db.begin() as conn:
         return await jobs_q.submit_many(conn, rows, caller=str(caller), request_id=request_id)
 

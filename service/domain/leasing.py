@@ -107,10 +107,6 @@ def _host(host: protocol.Host) -> dict[str, Any]:
     }
 
 
-def host_dict(host: protocol.Host) -> dict[str, Any]:
-    return _host(host)
-
-
 @dataclass
 class Reports:
     """What one flush collected from the workers attached here, in arrival order per kind."""

@@ -9,7 +9,7 @@ import base64
 import binascii
 import os
 import secrets as stdlib_secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -96,11 +96,12 @@ async def remove(
         )
 
 
-async def check_exist(db: Database, *, tenant: str, wanted: Mapping[str, str]) -> None:
-    """Invalid naming the first secret a job asks for that neither its tenant nor global has."""
+async def check_exist(db: Database, *, tenant: str, names: Iterable[str]) -> None:
+    """Invalid naming the first secret jobs ask for that neither their tenant nor global has."""
+    wanted = sorted(set(names))
     async with db.begin() as conn:
-        found = await secrets_q.sealed_for(conn, tenant=tenant, names_=sorted(set(wanted.values())))
-    for name in wanted.values():
+        found = await secrets_q.sealed_for(conn, tenant=tenant, names_=wanted)
+    for name in wanted:
         if (tenant, name) not in found and ("", name) not in found:
             raise Invalid(f"no secret {name!r} for tenant {tenant!r}")
 

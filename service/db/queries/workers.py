@@ -204,10 +204,3 @@ async def placeable_if_queued(
         {"ids": list(ids)},
     )
     return [(WorkerRecord.of(r), dict(r.used)) for r in rows]
-
-
-async def by_ids(conn: AsyncConnection, ids: Sequence[str]) -> list[WorkerRecord]:
-    rows = await conn.execute(
-        text(_SELECT + " WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": list(ids)}
-    )
-    return [WorkerRecord.of(r) for r in rows]
