@@ -79,8 +79,8 @@ class Network(Section, frozen=True):
 
 class Executor(Section, frozen=True):
     heartbeat_seconds: float = 10.0  # a worker beats this often; the server acks each beat
-    unreachable_seconds: float = 40.0  # stage 1: silent this long, no new lease
-    evict_seconds: float = 300.0  # stage 2: unreachable this long, leases expire
+    unreachable_seconds: float = 30.0  # stage 1: silent this long, no new lease
+    evict_seconds: float = 60.0  # stage 2: unreachable this long, leases expire (lost at 90 s)
     kill_grace_seconds: float = 5.0  # TERM, then KILL after this long
     loop_seconds: float = 1.0  # cadence of the leader's silence and sealing passes
     # A dispatch pass runs when NOTIFY or a local event pokes it, and at least this often
@@ -88,8 +88,34 @@ class Executor(Section, frozen=True):
     dispatch_fallback_seconds: float = 2.0
 
 
+class Toleration(Section, frozen=True):
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+
 class Compute(Section, frozen=True):
+    """Where a pool's provisioned workers run. Keys another provider would use are refused."""
+
     provider: Literal["process", "kubernetes", "modal"] = "process"
+    # kubernetes and modal: the image with berth installed
+    image: str | msgspec.UnsetType = msgspec.UNSET
+    # kubernetes
+    namespace: str | msgspec.UnsetType = msgspec.UNSET
+    api_url: str | msgspec.UnsetType = msgspec.UNSET  # default: in-cluster, else ~/.kube/config
+    cpu: str | msgspec.UnsetType = msgspec.UNSET  # "4", "500m" (kubernetes); cores (modal)
+    memory: str | msgspec.UnsetType = msgspec.UNSET  # "16Gi" (kubernetes); "16G" (modal)
+    gpus: int | msgspec.UnsetType = msgspec.UNSET  # nvidia.com/gpu (kubernetes)
+    node_selector: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    tolerations: list[Toleration] | msgspec.UnsetType = msgspec.UNSET
+    service_account: str | msgspec.UnsetType = msgspec.UNSET
+    # modal
+    app: str | msgspec.UnsetType = msgspec.UNSET
+    gpu: str | msgspec.UnsetType = msgspec.UNSET  # "A100", "L4:2"
+    region: str | msgspec.UnsetType = msgspec.UNSET
+    # every provider: extra environment for the worker (never a credential: those are secrets)
+    env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class Provisioner(Section, frozen=True):
@@ -102,6 +128,9 @@ class Provisioner(Section, frozen=True):
 
 class Pool(Section, frozen=True):
     slots: dict[str, int] = msgspec.field(default_factory=lambda: {"default": 2})
+    # pools.serve only: the built-in worker of `berth serve`. Default: on with auth = "token",
+    # off with auth = "proxy" (SPEC section 4).
+    builtin: bool | None = None
     max_load: float = 0.0
     min_memory_gb: float = 0.0
     min_disk_gb: float = 0.0
@@ -110,6 +139,14 @@ class Pool(Section, frozen=True):
 
 class Cas(Section, frozen=True):
     provider: Literal["local", "http", "cached", "s3"] = "local"
+    root: str = ""  # local/cached: the folder (default $BERTH_HOME/cas)
+    url: str = ""  # http/cached: the remote store
+    local_max_gb: float = 0.0  # cached: LRU size of the local copy
+    bucket: str = ""  # s3
+    prefix: str = ""  # s3
+    endpoint_url: str = ""  # s3: another S3-compatible service
+    region: str = ""  # s3
+    gc_days: float = 30.0  # a reference expires this long after what made it ended
 
 
 class Config(Section, frozen=True):
@@ -118,6 +155,13 @@ class Config(Section, frozen=True):
     executor: Executor = msgspec.field(default_factory=Executor)
     pools: dict[str, Pool] = msgspec.field(default_factory=dict)
     cas: Cas = msgspec.field(default_factory=Cas)
+
+    def builtin_worker(self) -> bool:
+        """Whether `berth serve` runs its built-in worker (SPEC section 4)."""
+        serve = self.pools.get("serve")
+        if serve is not None and serve.builtin is not None:
+            return serve.builtin
+        return self.network.auth == "token"
 
     def pool_specs(self) -> dict[str, PoolSpec]:
         """Every pool, the built-in `serve` pool included."""
@@ -181,9 +225,19 @@ def check(config: Config) -> None:
             "executor: unreachable_seconds + evict_seconds must exceed three heartbeats, "
             "so a silent worker stops its jobs before its leases expire"
         )
+    if not 0 <= e.kill_grace_seconds < 2 * e.heartbeat_seconds:
+        # A worker that hears no ack stops its jobs two heartbeats before its leases can expire;
+        # TERM, the grace, then KILL must fit inside those two heartbeats.
+        raise Invalid(
+            "executor.kill_grace_seconds must be shorter than two heartbeats "
+            f"(2 * heartbeat_seconds = {2 * e.heartbeat_seconds:g}), so a silent worker's jobs "
+            "are dead before their leases expire"
+        )
     for name, pool in config.pools.items():
         if not pool.slots or any(n < 0 for n in pool.slots.values()):
             raise Invalid(f"pools.{name}.slots must name at least one kind with slots >= 0")
+        if pool.builtin is not None and name != "serve":
+            raise Invalid(f"pools.{name}.builtin: only pools.serve has a built-in worker")
     proxy = config.network.proxy
     if proxy.verify_jwt and not (proxy.jwks_url and proxy.issuer and proxy.audience):
         raise Invalid("network.proxy.verify_jwt needs jwks_url, issuer and audience")
