@@ -3,75 +3,129 @@
 Shared by the server and the worker, so this module imports only msgspec. Every report about a
 job names (job, epoch): the server accepts it only while that lease is the live one.
 
-Worker -> server: hello, beat, started, output, finished, bye.
-Server -> worker: welcome, refused, ack, lease(s), cancel, stale, result_ack, exit.
+Every frame is bounded: integers fit the Postgres columns they land in, names and labels hold no
+control characters, lists and texts have a length cap. A frame outside its bounds does not
+decode, and the decoder's message names the field (`... at $.epoch`), which is what a refused
+worker is told.
+
+Reports (started, output, finished, gave_back) carry a sequence number, increasing over the life
+of a worker process. The server answers `received(upto=N)` once every report up to N is applied
+(or refused as stale), and the worker keeps and resends what is not yet received, so no report
+is lost to a dropped connection or a server restart. Applying a report twice is harmless:
+output is keyed by (job, epoch, seq), the rest is idempotent.
+
+Worker -> server: hello, beat, started, output, finished, gave_back, bye.
+Server -> worker: welcome, refused, ack, received, lease(s), cancel, stale, exit.
 """
+
+from typing import Annotated, Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 WORKER_PATH = "/api/v1/workers/attach"
+
+# Bounds: what Postgres columns hold (bigint ids, int epochs and exit codes), and sizes that no
+# honest worker comes near.
+JobId = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+Epoch = Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)]
+Seq = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+ExitCode = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+Name = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+]
+Label = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"^[^,\x00-\x1f\x7f]+$")]
+Word = Annotated[str, msgspec.Meta(max_length=128, pattern=r"^[^\x00-\x1f\x7f]*$")]
+Text = Annotated[str, msgspec.Meta(max_length=4000)]  # free text; NULs are replaced server-side
+Amount = Annotated[float, msgspec.Meta(ge=0, le=1e12)]  # finite: NaN and inf fail the bounds
+Key = tuple[JobId, Epoch]
+MAX_OUTPUT = 1 << 20  # bytes in one output frame; the worker reads far less at a time
+MAX_LEASES = 10_000
 
 
 class Frame(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     pass
 
 
-class Host(msgspec.Struct, frozen=True, kw_only=True):
-    cpus: int = 0
-    load: float = 0.0
-    free_memory_gb: float = 0.0
-    free_disk_gb: float = 0.0
-    gpus: tuple[str, ...] = ()
+class Host(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    cpus: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
+    load: Amount = 0.0
+    free_memory_gb: Amount = 0.0
+    free_disk_gb: Amount = 0.0
+    gpus: Annotated[tuple[Word, ...], msgspec.Meta(max_length=256)] = ()
 
 
-class Finished(Frame, tag="finished.v1", frozen=True):
-    job: int
-    epoch: int
-    state: str  # succeeded | failed | timed_out | cancelled
-    exit_code: int | None = None
-    error: str = ""
+# -- worker -> server ------------------------------------------------------------------------
 
 
-class Hello(Frame, tag="hello.v1", frozen=True):
+class Hello(Frame, tag="hello.v2", frozen=True, forbid_unknown_fields=True):
     protocol: int
-    berth_version: str
-    pool: str
-    instance: str  # new for every worker process: tells a restart from a reconnect
-    labels: tuple[str, ...] = ()
-    parallel: int = 0
+    berth_version: Word
+    pool: Name
+    instance: Word  # new for every worker process: tells a restart from a reconnect
+    labels: Annotated[tuple[Label, ...], msgspec.Meta(max_length=256)] = ()
+    parallel: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
     host: Host = msgspec.field(default_factory=Host)
-    python: str = ""
-    env_digest: str = ""
-    cas: str = ""
-    held: tuple[tuple[int, int], ...] = ()  # (job, epoch) still running after a reconnect
-    results: tuple[Finished, ...] = ()  # results sent but never acknowledged
+    python: Word = ""
+    env_digest: Word = ""
+    cas: Word = ""
+    # (job, epoch) it still holds after a reconnect: running, or finished with the result not
+    # yet received by a server.
+    held: Annotated[tuple[Key, ...], msgspec.Meta(max_length=MAX_LEASES)] = ()
 
 
-class Beat(Frame, tag="beat.v1", frozen=True):
-    seq: int
+class Beat(Frame, tag="beat.v2", frozen=True, forbid_unknown_fields=True):
+    seq: Seq
     host: Host
 
 
-class Started(Frame, tag="started.v1", frozen=True):
-    job: int
-    epoch: int
+class Started(Frame, tag="started.v2", frozen=True, forbid_unknown_fields=True):
+    seq: Seq
+    job: JobId
+    epoch: Epoch
 
 
-class Output(Frame, tag="output.v1", frozen=True):
-    job: int
-    epoch: int
-    stream: str  # stdout | stderr
-    data: str
+class Output(Frame, tag="output.v2", frozen=True, forbid_unknown_fields=True):
+    """Bytes as the job wrote them (base64 in JSON): nothing is decoded or lost on the way."""
+
+    seq: Seq
+    job: JobId
+    epoch: Epoch
+    stream: Literal["stdout", "stderr"]
+    data: Annotated[bytes, msgspec.Meta(max_length=MAX_OUTPUT)]
 
 
-class Bye(Frame, tag="bye.v1", frozen=True):
+class Finished(Frame, tag="finished.v2", frozen=True, forbid_unknown_fields=True):
+    seq: Seq
+    job: JobId
+    epoch: Epoch
+    state: Literal["succeeded", "failed", "timed_out", "cancelled"]
+    exit_code: ExitCode | None = None
+    error: Text = ""
+
+
+class GaveBack(Frame, tag="gave_back.v2", frozen=True, forbid_unknown_fields=True):
+    """The worker stopped this copy itself (no ack for too long): re-queue the job now."""
+
+    seq: Seq
+    job: JobId
+    epoch: Epoch
+    reason: Word = ""
+
+
+class Bye(Frame, tag="bye.v2", frozen=True, forbid_unknown_fields=True):
     """The worker is stopping: it killed these copies, so their leases are free at once."""
 
-    released: tuple[tuple[int, int], ...] = ()
+    released: Annotated[tuple[Key, ...], msgspec.Meta(max_length=MAX_LEASES)] = ()
 
 
-class Welcome(Frame, tag="welcome.v1", frozen=True):
+Report = Started | Output | Finished | GaveBack
+
+
+# -- server -> worker ------------------------------------------------------------------------
+
+
+class Welcome(Frame, tag="welcome.v2", frozen=True):
     name: str
     heartbeat_seconds: float
     unreachable_seconds: float
@@ -80,18 +134,27 @@ class Welcome(Frame, tag="welcome.v1", frozen=True):
     drop: tuple[tuple[int, int], ...] = ()  # held leases that are no longer live: kill them
 
 
-class Refused(Frame, tag="refused.v1", frozen=True):
+class Refused(Frame, tag="refused.v2", frozen=True):
     reason: str  # shown to the operator by the worker before it exits non-zero
 
 
-class Ack(Frame, tag="ack.v1", frozen=True):
+class Ack(Frame, tag="ack.v2", frozen=True):
+    """The beat `seq` is in the database: what the worker's self-fencing counts on."""
+
     seq: int
 
 
-class Lease(Frame, tag="lease.v1", frozen=True):
+class Received(Frame, tag="received.v2", frozen=True):
+    """Every report up to `upto` is applied (or refused as stale): stop resending them."""
+
+    upto: int
+
+
+class Lease(Frame, tag="lease.v2", frozen=True):
     job: int
     epoch: int
     kind: str
+    tenant: str
     command: tuple[str, ...] = ()
     python: str = ""  # Python source, run with the worker's --python
     env: dict[str, str] = msgspec.field(default_factory=dict)
@@ -99,36 +162,31 @@ class Lease(Frame, tag="lease.v1", frozen=True):
     timeout_seconds: float = 0.0  # 0: none
 
 
-class Leases(Frame, tag="leases.v1", frozen=True):
+class Leases(Frame, tag="leases.v2", frozen=True):
     """Several leases at once (one dispatch pass gave this worker more than one slot)."""
 
     leases: tuple[Lease, ...]
 
 
-class Cancel(Frame, tag="cancel.v1", frozen=True):
+class Cancel(Frame, tag="cancel.v2", frozen=True):
     job: int
     epoch: int
 
 
-class Stale(Frame, tag="stale.v1", frozen=True):
+class Stale(Frame, tag="stale.v2", frozen=True):
     """A report under this (job, epoch) was refused: the lease moved on, kill the copy."""
 
     job: int
     epoch: int
 
 
-class ResultAck(Frame, tag="result_ack.v1", frozen=True):
-    job: int
-    epoch: int
-
-
-class Exit(Frame, tag="exit.v1", frozen=True):
+class Exit(Frame, tag="exit.v2", frozen=True):
     reason: str
     code: int = 0
 
 
-ToServer = Hello | Beat | Started | Output | Finished | Bye
-ToWorker = Welcome | Refused | Ack | Lease | Leases | Cancel | Stale | ResultAck | Exit
+ToServer = Hello | Beat | Started | Output | Finished | GaveBack | Bye
+ToWorker = Welcome | Refused | Ack | Received | Lease | Leases | Cancel | Stale | Exit
 
 encode = msgspec.json.Encoder().encode
 decode_to_server = msgspec.json.Decoder(ToServer).decode

@@ -2,7 +2,10 @@
 helpers to run `berth serve` and `berth worker` as real processes."""
 
 import asyncio
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +91,13 @@ def worker_factory(tmp_path):
     yield make
     for w in started:
         w.stop()
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A folder any job may write to: jobs run as uids of their own (workers run as root here),
+    and pytest's tmp_path is 0700 root. Sticky, so a job cannot delete another's files."""
+    path = Path(tempfile.mkdtemp(prefix="berth-shared-", dir="/tmp"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

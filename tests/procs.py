@@ -19,7 +19,7 @@ FAST = {
         "heartbeat_seconds": 0.5,
         "unreachable_seconds": 2.0,
         "evict_seconds": 3.0,
-        "kill_grace_seconds": 1.0,
+        "kill_grace_seconds": 0.5,
         "loop_seconds": 0.25,
     }
 }

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import random
@@ -176,6 +177,8 @@ class Fleet:
     async def reader(self, ws: ClientConnection, pending: dict[int, tuple[float, float]]) -> None:
         s = self.stats
         probe = self.args.probe
+        seq = 0  # report sequence numbers of this session
+        results: collections.deque[int] = collections.deque()  # seqs of unreceived results
         with contextlib.suppress(ConnectionClosed):
             async for raw in ws:
                 frame = protocol.decode_to_worker(raw)
@@ -194,12 +197,18 @@ class Fleet:
                             if probe:
                                 benchlib.probe_job(lease.job, 0.0, now)
                             key = {"job": lease.job, "epoch": lease.epoch}
-                            await ws.send(protocol.encode(protocol.Started(**key)).decode())
-                            done = protocol.Finished(**key, state=SUCCEEDED, exit_code=0)
+                            seq += 1
+                            started = protocol.Started(seq=seq, **key)
+                            await ws.send(protocol.encode(started).decode())
+                            seq += 1
+                            done = protocol.Finished(seq=seq, **key, state=SUCCEEDED, exit_code=0)
                             await ws.send(protocol.encode(done).decode())
-                    case protocol.ResultAck():
-                        s.result_acks += 1
-                        s.last_result_ack_wall = time.time()
+                            results.append(seq)
+                    case protocol.Received():
+                        while results and results[0] <= frame.upto:
+                            results.popleft()
+                            s.result_acks += 1
+                            s.last_result_ack_wall = time.time()
                         target = self.args.exit_after_results
                         if target and s.result_acks >= target:
                             self.stop.set()

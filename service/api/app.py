@@ -3,8 +3,9 @@
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
 
-from service.api import errors, guards, worker_socket
-from service.api.hub import Hub
+from service.api import errors, guards
+from service.api.channel import socket as worker_socket
+from service.api.channel.hub import Hub
 from service.api.routes import audit, fleet, health, jobs, secrets, tokens
 from service.api.runtime import Runtime
 

@@ -9,7 +9,7 @@ from service.core.placement import PoolSpec
 from service.db.engine import Database
 
 if TYPE_CHECKING:  # these import this module
-    from service.api.hub import Hub
+    from service.api.channel.hub import Hub
     from service.api.jwks import Jwks
 
 

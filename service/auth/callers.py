@@ -16,6 +16,7 @@ class Role(enum.StrEnum):
     MEMBER = "member"
     VIEWER = "viewer"
     WORKER = "worker"
+    METRICS = "metrics"  # reads /metrics only
 
 
 @dataclass(frozen=True, slots=True)

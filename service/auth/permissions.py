@@ -18,17 +18,19 @@ class Perm(enum.StrEnum):
     TOKENS = "tokens"
     SECRETS = "secrets"
     AUDIT = "audit"
+    METRICS = "metrics"
     WORKER_PROTOCOL = "worker.protocol"
 
 
 GRANTS: Final[Mapping[Role, frozenset[Perm]]] = {
     Role.ADMIN: frozenset(Perm) - {Perm.WORKER_PROTOCOL},
     Role.OPERATOR: frozenset(
-        {Perm.FLEET_READ, Perm.FLEET_WRITE, Perm.TOKENS, Perm.SECRETS, Perm.JOBS_READ}
+        {Perm.FLEET_READ, Perm.FLEET_WRITE, Perm.TOKENS, Perm.SECRETS, Perm.JOBS_READ, Perm.METRICS}
     ),
     Role.MEMBER: frozenset({Perm.JOBS_READ, Perm.JOBS_WRITE, Perm.FLEET_READ}),
     Role.VIEWER: frozenset({Perm.JOBS_READ, Perm.FLEET_READ}),
     Role.WORKER: frozenset({Perm.WORKER_PROTOCOL}),
+    Role.METRICS: frozenset({Perm.METRICS}),
 }
 
 

@@ -72,7 +72,8 @@ def resolve(
         name = worker_name
         if not name:
             raise Forbidden("a worker rule matched but the request names no worker")
-        return Caller(Kind.WORKER, name, Role.WORKER, frozenset())
+        # A worker rule with tenants admits a tenant's own machines: they serve only those.
+        return Caller(Kind.WORKER, name, Role.WORKER, rule.tenants_of(claims))
     name = claims.first_present(name_claims)
     if not name:
         raise Forbidden(f"a {rule.kind} rule matched but no claim names the caller")

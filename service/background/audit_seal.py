@@ -1,4 +1,4 @@
-"""Seal new audit entries into the hash chain, in batches, off the write path."""
+"""Seal new audit entries into the keyed hash chain, in batches, off the write path."""
 
 from service.background.loop import Loop
 from service.db.engine import Database
@@ -8,9 +8,10 @@ from service.domain import audit
 class SealAudit(Loop):
     name = "seal_audit"
 
-    def __init__(self, db: Database, *, interval: float) -> None:
+    def __init__(self, db: Database, key: bytes, *, interval: float) -> None:
         super().__init__(interval=interval)
         self._db = db
+        self._key = key
 
     async def run_once(self) -> None:
-        await audit.seal(self._db)
+        await audit.seal(self._db, self._key)

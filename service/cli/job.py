@@ -1,6 +1,7 @@
 """`berth job submit | list | show | logs | cancel | wait`."""
 
 import argparse
+import base64
 import sys
 import time
 from pathlib import Path
@@ -124,12 +125,12 @@ def follow(client: Client, job_id: int) -> int:
     """Stream a job's output to our stdout/stderr; return the exit status it ended with."""
     after = 0
     while True:
-        for line in client.stream_lines(f"/api/v1/jobs/{job_id}/logs", follow="true", after=after):
-            if "data" in line:
+        for line in client.stream_lines(
+            f"/api/v1/jobs/{job_id}/logs", follow="true", after=after, encoding="base64"
+        ):
+            if "b64" in line:
                 after = line["id"]
-                out = sys.stdout if line["stream"] == "stdout" else sys.stderr
-                out.write(line["data"])
-                out.flush()
+                _write(line)
             elif "state" in line:
                 state = JobState(line["state"])
                 if state is not JobState.SUCCEEDED and line.get("error"):
@@ -223,9 +224,17 @@ def logs(args: argparse.Namespace) -> int:
         return 0
     after = 0
     while True:
-        got = client.call("GET", f"/api/v1/jobs/{args.id}/logs", after=after)
+        got = client.call("GET", f"/api/v1/jobs/{args.id}/logs", after=after, encoding="base64")
         for c in got["chunks"]:
-            (sys.stdout if c["stream"] == "stdout" else sys.stderr).write(c["data"])
+            _write(c)
             after = c["id"]
         if not got["chunks"]:
             return 0
+
+
+def _write(chunk: dict[str, Any]) -> None:
+    """Output is bytes: written as the job wrote them, to our stdout or stderr."""
+    out = sys.stdout if chunk["stream"] == "stdout" else sys.stderr
+    out.flush()
+    out.buffer.write(base64.b64decode(chunk["b64"]))
+    out.buffer.flush()

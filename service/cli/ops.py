@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.client import Client, CliError, add_server_arg, listing
+from service.cli.database import ops_url
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -35,9 +36,17 @@ def add(sub: Any) -> None:  # noqa: ANN401
     add_server_arg(al)
     al.add_argument("--limit", type=int, default=50)
     al.set_defaults(func=audit_list)
-    av = asub.add_parser("verify", help="check the hash chain, on the database directly")
+    av = asub.add_parser(
+        "verify", help="check the keyed hash chain, on the database directly (needs the secret key)"
+    )
     av.add_argument("--config", type=Path)
+    av.add_argument(
+        "--head", metavar="SEQ:HASH", help="a head recorded earlier: detects deleted newest entries"
+    )
     av.set_defaults(func=audit_verify)
+    ah = asub.add_parser("head", help="the newest sealed entry as SEQ:HASH, to record elsewhere")
+    ah.add_argument("--config", type=Path)
+    ah.set_defaults(func=audit_head)
 
 
 def secret_set(args: argparse.Namespace) -> int:
@@ -91,23 +100,53 @@ def audit_list(args: argparse.Namespace) -> int:
 
 def audit_verify(args: argparse.Namespace) -> int:
     from service import config  # noqa: PLC0415  (server-side imports stay lazy)
+    from service.core import audit_chain  # noqa: PLC0415
     from service.db.engine import Database  # noqa: PLC0415
-    from service.domain import audit  # noqa: PLC0415
+    from service.domain import audit, secrets  # noqa: PLC0415
 
-    url = config.load(args.config).database.url
-    if not url:
-        raise CliError("no database configured ([database] url or BERTH_DATABASE_URL)")
+    head = None
+    if args.head:
+        try:
+            head = audit_chain.parse_head(args.head)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    key = secrets.read_key(config.home())
 
-    async def run() -> tuple[str | None, int, int]:
+    async def run(url: str) -> audit.Verification:
         db = Database(url, pool_size=1)
         try:
-            return await audit.verify(db)
+            return await audit.verify(db, key, head=head)
         finally:
             await db.dispose()
 
-    broken, checked, pending = asyncio.run(run())
-    if broken:
-        print(f"berth: audit chain broken: {broken}", file=sys.stderr)
+    with ops_url(args.config) as url:
+        result = asyncio.run(run(url))
+    if result.broken:
+        print(f"berth: audit chain broken: {result.broken}", file=sys.stderr)
         return 1
-    print(f"audit chain intact: {checked} entries verified, {pending} not yet sealed")
+    print(
+        f"audit chain intact: {result.keyed + result.plain} entries verified "
+        f"({result.keyed} keyed, {result.plain} sealed before keys), "
+        f"{result.pending} not yet sealed"
+    )
+    return 0
+
+
+def audit_head(args: argparse.Namespace) -> int:
+    from service.core import audit_chain  # noqa: PLC0415  (server-side imports stay lazy)
+    from service.db.engine import Database  # noqa: PLC0415
+    from service.domain import audit  # noqa: PLC0415
+
+    async def run(url: str) -> tuple[int, bytes] | None:
+        db = Database(url, pool_size=1)
+        try:
+            return await audit.head(db)
+        finally:
+            await db.dispose()
+
+    with ops_url(args.config) as url:
+        found = asyncio.run(run(url))
+    if found is None:
+        raise CliError("no audit entry is sealed yet")
+    print(audit_chain.show_head(*found))
     return 0

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         return _detach(args, host, port, cfg)
     from service.cli import server  # noqa: PLC0415
 
-    return server.main(cfg, host=host, port=port, builtin_worker=not args.no_builtin_worker)
+    builtin = cfg.builtin_worker() and not args.no_builtin_worker
+    return server.main(cfg, host=host, port=port, builtin_worker=builtin)
 
 
 def _detach(args: argparse.Namespace, host: str, port: int, cfg: Any) -> int:  # noqa: ANN401

@@ -26,12 +26,13 @@ from service.background.supervisor import run_when_leader
 from service.cli.client import CliError
 from service.config import Config, home
 from service.db import migrate, notify
-from service.db.embedded import Embedded
+from service.db.embedded import Embedded, private_home, write_private
 from service.db.engine import Database
 from service.db.leader import Leader
 from service.db.queries.jobs import JOBS_CHANNEL
 from service.db.queries.workers import WORKERS_CHANNEL
 from service.domain import secrets, tokens
+from service.worker import hardening
 from service.worker import main as worker_main
 
 logger = structlog.get_logger("berth.serve")
@@ -45,8 +46,11 @@ class _Uvicorn(uvicorn.Server):
 
 def main(cfg: Config, *, host: str, port: int, builtin_worker: bool) -> int:
     log.configure()
+    # Jobs of the built-in worker may run as this user (a server that is not root): they must
+    # not read this process's environment (BERTH_DATABASE_URL, BERTH_SECRET_KEY) or memory.
+    hardening.undumpable()
     berth_home = home()
-    berth_home.mkdir(parents=True, exist_ok=True)
+    private_home(berth_home)
     embedded: Embedded | None = None
     url = cfg.database.url
     if not url:
@@ -85,9 +89,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     hub = rt.the_hub()
     admin = await tokens.ensure_admin(db)
     if admin is not None:
-        path = berth_home / "admin.token"
-        path.write_text(admin + "\n")
-        path.chmod(0o600)
+        path = write_private(berth_home / "admin.token", admin + "\n")
         print(f"admin token (shown once, also in {path}):\n{admin}", flush=True)
     tls = cfg.network.tls
     certfile, keyfile = (None, None) if isinstance(tls, str) else (tls.cert, tls.key)
@@ -128,7 +130,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                 Leader(url),
                 [
                     ExpireSilent(db, cfg.executor),
-                    SealAudit(db, interval=cfg.executor.loop_seconds),
+                    SealAudit(db, rt.secret_key, interval=cfg.executor.loop_seconds),
                 ],
                 stop,
             ),
@@ -178,17 +180,18 @@ async def _builtin_worker(
         rt.db, tokens.SYSTEM, name="serve", kind="worker", tenants=[], expires_days=3650
     )
     rt.builtin_token = token
+    worker_home = berth_home / "serve-worker"
+    worker_home.mkdir(mode=0o700, exist_ok=True)
     worker = worker_main.Worker(
         worker_main.Options(
             server=url,
             token=token,
             pool="serve",
-            home=berth_home / "serve-worker",
+            home=worker_home,
             python=sys.executable,
             cafile=cafile,
         )
     )
-    (berth_home / "serve-worker").mkdir(parents=True, exist_ok=True)
     task = asyncio.create_task(worker.run())
     await stop.wait()
     task.cancel()

@@ -4,6 +4,7 @@ import argparse
 from typing import Any
 
 from service.cli.client import Client, add_server_arg, listing, print_json
+from service.core import durations
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -12,9 +13,13 @@ def add(sub: Any) -> None:  # noqa: ANN401
     c = tsub.add_parser("create", help="create a token; prints it once")
     add_server_arg(c)
     c.add_argument("name")
-    c.add_argument("--kind", choices=["worker", "service", "admin"], default="worker")
+    c.add_argument(
+        "--kind", choices=["worker", "service", "operator", "admin", "metrics"], default="worker"
+    )
     c.add_argument("--tenant", action="append", default=[], dest="tenants")
-    c.add_argument("--expires", type=float, default=365.0, metavar="DAYS")
+    c.add_argument(
+        "--expires", type=_duration, default="365d", metavar="DURATION", help="90s, 15m, 1h, 30d"
+    )
     c.set_defaults(func=create)
     ls = tsub.add_parser("list", help="list tokens (never their values)")
     add_server_arg(ls)
@@ -25,6 +30,13 @@ def add(sub: Any) -> None:  # noqa: ANN401
     r.set_defaults(func=revoke)
 
 
+def _duration(text: str) -> float:
+    try:
+        return durations.seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def create(args: argparse.Namespace) -> int:
     out = Client(args.server).call(
         "POST",
@@ -33,7 +45,7 @@ def create(args: argparse.Namespace) -> int:
             "name": args.name,
             "kind": args.kind,
             "tenants": args.tenants,
-            "expires_days": args.expires,
+            "expires_days": args.expires / 86400,
         },
     )
     if args.json:

@@ -4,15 +4,32 @@ import argparse
 import asyncio
 import logging
 import os
+import pwd
 import sys
 from pathlib import Path
 from typing import Any
 
 from service.cli.client import Client, CliError, add_server_arg, home, listing
 
+WHO_RUNS_JOBS = """\
+Who a job runs as: a worker started as root runs each job under a uid of its own from
+--uid-range (default 61000-61999), in a working directory only that uid may enter, so a job
+can read neither the worker's state nor another job's files or environment. --run-as USER
+runs every job as one fixed user instead. A worker that is NOT root runs its jobs as its own
+user: they can then read whatever that user can, the worker's state directory included. Jobs
+get a clean environment (PATH, HOME, LANG, LC_*, TZ, TMPDIR, USER, SHELL, the names given with
+--pass-env, then their own env and secrets), never the worker's own settings or credential.
+"""
+
 
 def add(sub: Any) -> None:  # noqa: ANN401
-    p = sub.add_parser("worker", help="run a worker, or list and steer workers")
+    p = sub.add_parser(
+        "worker",
+        help="run a worker, or list and steer workers",
+        description="Run a worker (--pool), or list and steer workers.",
+        epilog=WHO_RUNS_JOBS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_server_arg(p)
     p.add_argument("action", nargs="?", choices=["list", "drain", "disable", "enable"])
     p.add_argument("name", nargs="?", help="the worker, for drain/disable/enable")
@@ -27,6 +44,24 @@ def add(sub: Any) -> None:  # noqa: ANN401
         "--parallel", type=int, default=0, help="most jobs at once (0: the pool's slots)"
     )
     p.add_argument("--python", default=sys.executable, help="interpreter for Python jobs")
+    p.add_argument(
+        "--pass-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="pass this variable of the worker's environment to jobs (never BERTH_*)",
+    )
+    who = p.add_mutually_exclusive_group()
+    who.add_argument(
+        "--uid-range", default="61000-61999", metavar="A-B", help="as root: a uid per job"
+    )
+    who.add_argument("--run-as", default="", metavar="USER", help="as root: every job as USER")
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="where jobs' working directories go (default /var/tmp/berth-work as root)",
+    )
     p.set_defaults(func=dispatch)
 
 
@@ -43,7 +78,8 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from service.worker import main as worker_main  # noqa: PLC0415  (keeps `list` light)
+    from service.worker import environment, hardening  # noqa: PLC0415  (keeps `list` light)
+    from service.worker import main as worker_main  # noqa: PLC0415
 
     token = os.environ.get("BERTH_TOKEN", "").strip()
     if not token:
@@ -55,6 +91,16 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--parallel must be >= 0")
     if not Path(args.python).exists():
         raise CliError(f"--python {args.python}: no such interpreter")
+    try:
+        pass_env = environment.check_pass_env(args.pass_env)
+    except environment.BadPassEnv as exc:
+        raise CliError(str(exc)) from None
+    uid_range = _uid_range(args.uid_range)
+    if args.run_as:
+        try:
+            pwd.getpwnam(args.run_as)
+        except KeyError:
+            raise CliError(f"--run-as {args.run_as}: no such user") from None
     labels = tuple(sorted({x.strip() for x in args.labels.split(",") if x.strip()}))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     worker_home = home()
@@ -68,11 +114,24 @@ def run(args: argparse.Namespace) -> int:
         parallel=args.parallel,
         python=args.python,
         name=args.worker_name or "",
+        pass_env=pass_env,
+        uid_range=uid_range,
+        run_as=args.run_as,
+        work_dir=args.work_dir,
     )
+    # Jobs may run as this user: they must not read this process's environment (its token).
+    hardening.undumpable()
     try:
         return asyncio.run(worker_main.run(opts))
     except KeyboardInterrupt:
         return 130
+
+
+def _uid_range(text: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition("-")
+    if not (sep and lo.isdigit() and hi.isdigit()) or not 0 < int(lo) <= int(hi) < 2**31:
+        raise CliError(f"--uid-range {text!r} must be A-B with 0 < A <= B (e.g. 61000-61999)")
+    return int(lo), int(hi)
 
 
 def _gb(v: float | None) -> str:

@@ -43,6 +43,7 @@ class WorkerView:
     parallel: int  # most jobs at once, over all kinds; 0: the pool's slots decide alone
     host: HostSample | None
     used: dict[str, int] = field(default_factory=dict)  # live leases per kind
+    tenants: frozenset[str] = frozenset()  # a tenant's own machine serves only these; {}: all
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,11 @@ def carries(worker: WorkerView, labels: frozenset[str]) -> bool:
     return labels <= worker.labels
 
 
+def serves(worker: WorkerView, tenant: str) -> bool:
+    """A worker minted for tenants runs only their jobs; a fleet-wide one runs anyone's."""
+    return not worker.tenants or tenant in worker.tenants
+
+
 def labels_matter(job: JobWant, attached: Iterable[WorkerView]) -> bool:
     """`require` always; `prefer` only while some attached worker carries the labels."""
     if job.device_policy is DevicePolicy.REQUIRE or not job.labels:
@@ -142,6 +148,8 @@ def assign(
             slots = free.get(w.id)
             if slots is None or room[w.id] <= 0 or (job.pool is not None and w.pool != job.pool):
                 continue
+            if not serves(w, job.tenant):
+                continue
             n = min(slots.get(job.kind, 0), room[w.id])
             if n > best_free and (not strict or carries(w, job.labels)):
                 best, best_free = w, n
@@ -167,6 +175,9 @@ def waiting_for(job: JobWant, workers: Sequence[WorkerView], pools: Mapping[str,
     in_pool = [w for w in in_pool if w.pool in pools and job.kind in pools[w.pool].slots]
     if not in_pool:
         return f"no worker of {where} with {job.kind} slots is attached"
+    in_pool = [w for w in in_pool if serves(w, job.tenant)]
+    if not in_pool:
+        return f"no attached worker of {where} serves tenant {job.tenant}"
     if labels_matter(job, attached):
         carrying = [w for w in in_pool if carries(w, job.labels)]
         if not carrying:

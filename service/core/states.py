@@ -50,8 +50,10 @@ class DevicePolicy(enum.StrEnum):
 
 class TokenKind(enum.StrEnum):
     ADMIN = "admin"
+    OPERATOR = "operator"
     SERVICE = "service"
     WORKER = "worker"
+    METRICS = "metrics"
 
 
 def shown_worker_state(state: WorkerState, liveness: Liveness) -> str:

@@ -72,6 +72,7 @@ class WorkerRecord(Record):
     instance: str
     server_id: str | None
     labels: list[str]
+    tenants: list[str]  # [] serves every tenant
     parallel: int
     host: dict[str, Any]
     python: str
@@ -86,4 +87,4 @@ class WorkerRecord(Record):
 class OutputChunk(Record):
     id: int
     stream: str
-    data: str
+    data: bytes

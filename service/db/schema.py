@@ -78,6 +78,8 @@ workers = Table(
     Column("instance", String(64), nullable=False),  # the worker process; new on restart
     Column("server_id", String(64)),  # the server holding its websocket, while attached
     Column("labels", ARRAY(String(256)), nullable=False, server_default="{}"),
+    # A worker token with tenants serves only their jobs (a tenant's own machines); {}: any.
+    Column("tenants", ARRAY(String(128)), nullable=False, server_default="{}"),
     Column("parallel", Integer, nullable=False, server_default="0"),
     Column("host", JSONB, nullable=False, server_default="{}"),
     Column("python", String(64), nullable=False, server_default=""),
@@ -155,10 +157,13 @@ job_output = Table(
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("job_id", BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
     Column("epoch", Integer, nullable=False),
+    # The worker's report sequence number: a report resent after a reconnect is kept once.
+    Column("seq", BigInteger, nullable=False),
     Column("stream", String(8), nullable=False),
-    Column("data", Text, nullable=False),
+    Column("data", LargeBinary, nullable=False),  # bytes as the job wrote them
     Column("at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Index("ix_job_output_job_id_id", "job_id", "id"),
+    UniqueConstraint("job_id", "epoch", "seq"),
 )
 
 audit = Table(
@@ -177,6 +182,18 @@ audit = Table(
     Column("seq", BigInteger, unique=True),
     Column("hash", LargeBinary),
     Index("ix_audit_unsealed", "id", postgresql_where=text("seq IS NULL")),
+)
+
+# The audit chain is keyed (HMAC with a key derived from the secret key, never stored here) from
+# the entry `keyed_from` on; `mac` signs that number with the same key, so moving the boundary
+# (to pass keyed entries off as plain SHA-256 ones) is detected. One row at most.
+audit_anchor = Table(
+    "audit_anchor",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("keyed_from", BigInteger, nullable=False),
+    Column("mac", LargeBinary, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
 )
 
 secrets = Table(

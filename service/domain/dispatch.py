@@ -44,6 +44,7 @@ async def run_pass(db: Database, worker_ids: Sequence[str], pools: Mapping[str, 
         free_kinds: set[str] = set()
         total = 0
         open_pools: set[str] = set()
+        served: set[str] | None = set()  # None once a fleet-wide worker has room
         for v in views:
             pool = pools.get(v.pool)
             if pool is None or placement.blocked_by(v, pool) is not None:
@@ -56,6 +57,7 @@ async def run_pass(db: Database, worker_ids: Sequence[str], pools: Mapping[str, 
                 total += n
                 open_pools.add(v.pool)
                 free_kinds |= {k for k, c in free.items() if c > 0}
+                served = None if served is None or not v.tenants else served | v.tenants
         if total == 0:
             return Pass()
         wants = await leases_q.candidates(
@@ -64,6 +66,7 @@ async def run_pass(db: Database, worker_ids: Sequence[str], pools: Mapping[str, 
             pools=sorted(open_pools),
             per_tenant=int(total * OVERFETCH) + EXTRA,
             limit=int(total * OVERFETCH) + EXTRA,
+            tenants=None if served is None else sorted(served),
         )
         if not wants:
             return Pass()

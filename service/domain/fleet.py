@@ -43,6 +43,7 @@ def view_of(
         parallel=w.parallel,
         host=host_of(w.host),
         used=dict(used),
+        tenants=frozenset(w.tenants),
     )
 
 
@@ -75,6 +76,7 @@ async def list_workers(db: Database, pools: Mapping[str, PoolSpec]) -> list[Work
             and pool is not None
             and j.kind in pool.slots
             and set(j.labels) <= set(w.labels)
+            and (not w.tenants or j.tenant in w.tenants)
             for j in waiting
         )
         rows.append(

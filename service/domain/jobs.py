@@ -146,6 +146,8 @@ async def list_visible(
         raise Invalid(f"unknown state {state!r}; one of {', '.join(s.value for s in JobState)}")
     if not 1 <= limit <= 10000:
         raise Invalid("limit must be between 1 and 10000")
+    if tenant is not None:
+        check_name(tenant, "tenant")
     async with db.begin() as conn:
         return await jobs_q.list_visible(
             conn, tenants=caller.tenant_filter(), state=state, tenant=tenant, limit=limit

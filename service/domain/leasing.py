@@ -1,16 +1,14 @@
-"""The worker side of the server: attach, fenced reports, heartbeats, detach, expiry.
+"""The worker side of the server: attach, heartbeats, leases given back, detach, expiry.
 
-Every report names (job, epoch) and is accepted only while that is the worker's live lease;
-a refused report means the worker must kill its copy (`StaleEpoch`). Nothing a stale copy
-sends is kept.
+Reports about jobs are domain/reports.py. A worker token with tenants makes a worker that serves
+only those tenants (its row's `tenants`, which placement reads).
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service import protocol
 from service.auth.callers import Caller, Kind
@@ -26,10 +24,6 @@ from service.db.records import JobRecord, WorkerRecord
 from service.domain import audit
 
 log = structlog.get_logger(__name__)
-
-RESULT_STATES = frozenset(
-    {JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.CANCELLED}
-)
 
 
 class Refusal(Forbidden):
@@ -69,14 +63,13 @@ async def attach(
             instance=hello.instance,
             server_id=server_id,
             labels=hello.labels,
+            tenants=sorted(caller.tenants),
             parallel=hello.parallel,
             host=_host(hello.host),
             python=hello.python,
             env_digest=hello.env_digest,
             version=hello.berth_version,
         )
-        if hello.results:  # results sent before a reconnect but never acknowledged
-            await _apply(conn, Reports(finished=[(worker, r) for r in hello.results]))
         held = [(j, e) for j, e in hello.held]
         live_held = await leases_q.live_among(conn, worker_id=worker.id, held=held)
         # A lease the worker does not hold is running nowhere (a restarted worker holds none):
@@ -105,74 +98,6 @@ def _host(host: protocol.Host) -> dict[str, Any]:
         "free_disk_gb": host.free_disk_gb,
         "gpus": list(host.gpus),
     }
-
-
-@dataclass
-class Reports:
-    """What one flush collected from the workers attached here, in arrival order per kind."""
-
-    started: list[tuple[WorkerRecord, protocol.Started]] = field(default_factory=list)
-    output: list[tuple[WorkerRecord, protocol.Output]] = field(default_factory=list)
-    finished: list[tuple[WorkerRecord, protocol.Finished]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.started) + len(self.output) + len(self.finished)
-
-
-@dataclass(frozen=True, slots=True)
-class Verdicts:
-    stale: set[tuple[str, int, int]]  # (worker id, job, epoch): kill that copy
-    acked: set[tuple[str, int, int]]  # results kept (now or before): stop resending
-
-
-async def report(db: Database, batch: Reports) -> Verdicts:
-    """Apply a batch of reports in one transaction, in order: started, output, finished."""
-    async with db.begin() as conn:
-        return await _apply(conn, batch)
-
-
-async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
-    ending = {(f.job, f.epoch) for _, f in batch.finished}
-    # A job that also finishes in this flush skips 'running': finish sets started_at itself.
-    started = await reports_q.start_many(
-        conn, [(f.job, f.epoch, w.id) for w, f in batch.started if (f.job, f.epoch) not in ending]
-    )
-    output = await reports_q.output_many(
-        conn, [(f.job, f.epoch, w.id, f.stream, f.data) for w, f in batch.output]
-    )
-    finished = await reports_q.finish_many(
-        conn,
-        [
-            (f.job, f.epoch, w.id, w.name, _result_state(f.state), f.exit_code, f.error[:2000])
-            for w, f in batch.finished
-        ],
-    )
-    refused = [
-        (f.job, f.epoch, w.id) for w, f in batch.finished if (f.job, f.epoch) not in finished
-    ]
-    resent = await reports_q.already_finished(conn, refused)
-    stale: set[tuple[str, int, int]] = set()
-    for w, s in batch.started:
-        key = (s.job, s.epoch)
-        if key not in started and (key not in ending or key not in finished):
-            stale.add((w.id, s.job, s.epoch))
-    for w, o in batch.output:
-        if (o.job, o.epoch) not in output:
-            stale.add((w.id, o.job, o.epoch))
-    acked: set[tuple[str, int, int]] = set()
-    for w, f in batch.finished:
-        key = (f.job, f.epoch)
-        if key in finished or key in resent:
-            acked.add((w.id, f.job, f.epoch))
-        else:
-            stale.add((w.id, f.job, f.epoch))
-    for worker_id, job, epoch in stale:
-        log.warning("report_refused_stale_epoch", worker_id=worker_id, job=job, epoch=epoch)
-    return Verdicts(stale=stale, acked=acked)
-
-
-def _result_state(state: str) -> str:
-    return state if state in RESULT_STATES else str(JobState.FAILED)
 
 
 async def release(db: Database, worker: WorkerRecord, released: Sequence[tuple[int, int]]) -> int:

@@ -43,6 +43,13 @@ def load_key(home: Path, environ: Mapping[str, str] = os.environ) -> bytes:
     return base64.b64decode(path.read_bytes().strip())
 
 
+def read_key(home: Path, environ: Mapping[str, str] = os.environ) -> bytes | None:
+    """The key as the server finds it, without making one (ops commands); None when absent."""
+    if environ.get("BERTH_SECRET_KEY") or (home / "secret.key").exists():
+        return load_key(home, environ)
+    return None
+
+
 def _scope(caller: Caller, tenant: str | None) -> str:
     """The tenant a secret belongs to ('' = global); callers touch only their tenants'."""
     if not tenant:

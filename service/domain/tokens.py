@@ -2,6 +2,7 @@
 
 import re
 
+from service.auth import minting
 from service.auth import tokens as tokens_auth
 from service.auth.callers import Caller, Kind, Role
 from service.core.errors import Invalid, NotFound, Unauthenticated
@@ -41,13 +42,15 @@ async def create(
     try:
         token_kind = TokenKind(kind)
     except ValueError:
-        raise Invalid(f"kind must be one of admin, service, worker; got {kind!r}") from None
+        kinds = ", ".join(k.value for k in TokenKind)
+        raise Invalid(f"kind must be one of {kinds}; got {kind!r}") from None
     if not 0 < expires_days <= 3650:
         raise Invalid("expires must be between 0 and 3650 days")
     for t in tenants:
         check_name(t, "tenant")
-    if token_kind is TokenKind.SERVICE and not tenants:
+    if token_kind is TokenKind.SERVICE and not tenants and caller.all_tenants:
         tenants = [DEFAULT_TENANT]
+    minting.check(caller, token_kind, tenants)
     token = tokens_auth.mint()
     async with db.begin() as conn:
         await jobs_q.ensure_tenants(conn, tenants)
@@ -64,9 +67,13 @@ async def create(
     return token, record
 
 
-async def list_all(db: Database) -> list[TokenRecord]:
+async def list_visible(db: Database, caller: Caller) -> list[TokenRecord]:
+    """Every token for an admin; for an operator, the ones it could have minted."""
     async with db.begin() as conn:
-        return await tokens_q.list_all(conn)
+        found = await tokens_q.list_all(conn)
+    if caller.all_tenants:
+        return found
+    return [t for t in found if minting.could_have_minted(caller, t.kind, t.tenants)]
 
 
 async def revoke(db: Database, caller: Caller, *, name: str, request_id: str = "") -> TokenRecord:
@@ -95,13 +102,18 @@ async def authenticate(db: Database, token: str) -> Caller:
     return caller_of(record)
 
 
+CALLERS = {
+    TokenKind.ADMIN: (Kind.HUMAN, Role.ADMIN),
+    TokenKind.OPERATOR: (Kind.HUMAN, Role.OPERATOR),
+    TokenKind.SERVICE: (Kind.SERVICE, Role.MEMBER),
+    TokenKind.WORKER: (Kind.WORKER, Role.WORKER),  # with tenants: serves only their jobs
+    TokenKind.METRICS: (Kind.SERVICE, Role.METRICS),
+}
+
+
 def caller_of(record: TokenRecord) -> Caller:
-    kind = TokenKind(record.kind)
-    if kind is TokenKind.ADMIN:
-        return Caller(Kind.HUMAN, record.name, Role.ADMIN, frozenset(record.tenants))
-    if kind is TokenKind.WORKER:
-        return Caller(Kind.WORKER, record.name, Role.WORKER, frozenset())
-    return Caller(Kind.SERVICE, record.name, Role.MEMBER, frozenset(record.tenants))
+    kind, role = CALLERS[TokenKind(record.kind)]
+    return Caller(kind, record.name, role, frozenset(record.tenants))
 
 
 async def ensure_admin(db: Database) -> str | None:

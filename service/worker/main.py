@@ -1,21 +1,24 @@
 """`berth worker`: dial the server, say hello, run leases, beat, reconnect with backoff.
 
 A session is one websocket: hello -> welcome (or refused: stop every job, exit non-zero with
-the reason). Results that were sent but not acknowledged are kept and resent in the next hello,
-so a server restart loses none. The watchdog kills every job once no ack came for
-unreachable + evict - 2 * heartbeat seconds: the copy is dead before the lease can move.
+the reason). Reports go through the outbox (worker/outbox.py): kept until the server says it
+received them, resent after a reconnect. The watchdog stops every job once no ack came for
+unreachable + evict - 2 * heartbeat seconds, so the copy is dead before the lease can move, and
+reports each stopped copy as given back: the server re-queues it as soon as it hears again.
 """
 
 import asyncio
 import contextlib
 import json
 import logging
+import os
 import random
 import signal
 import ssl
 import sys
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from service import __version__, protocol
-from service.worker import host
+from service.worker import host, workdirs
+from service.worker.jobusers import DEFAULT_RANGE, NoFreeUid, Users
+from service.worker.outbox import DEFAULT_LIMIT, Outbox
 from service.worker.runner import Outcome, Run
 
 log = logging.getLogger("berth.worker")
@@ -32,6 +37,7 @@ log = logging.getLogger("berth.worker")
 WORKER_HEADER = "x-berth-worker"
 BACKOFF_START = 0.2
 BACKOFF_MAX = 10.0
+NO_REPORT = frozenset({"fenced", "released"})  # the lease is not ours: say nothing of the copy
 
 
 class Refused(Exception):
@@ -49,6 +55,13 @@ class Options:
     python: str = sys.executable
     name: str = ""
     cafile: str = ""  # trust this certificate too (the built-in worker, its own server's)
+    pass_env: tuple[str, ...] = ()
+    uid_range: tuple[int, int] = DEFAULT_RANGE
+    run_as: str = ""
+    work_dir: Path | None = None  # parent of the work root; default /var/tmp/berth-work
+    outbox_bytes: int = DEFAULT_LIMIT
+    # Where --pass-env and the base (PATH, LANG, TZ, LC_*) are read from: the worker's own.
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
 @dataclass
@@ -56,8 +69,8 @@ class Worker:
     opts: Options
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)
     runs: dict[tuple[int, int], Run] = field(default_factory=dict)
-    results: dict[tuple[int, int], protocol.Finished] = field(default_factory=dict)
-    outbox: asyncio.Queue[protocol.Frame] = field(default_factory=asyncio.Queue)
+    outbox: Outbox = field(init=False)
+    users: Users = field(init=False)
     welcome: protocol.Welcome | None = None
     last_ack: float = field(default_factory=time.monotonic)
     exit_code: int | None = None
@@ -66,12 +79,24 @@ class Worker:
     _gpus: tuple[str, ...] = ()
     _dials: int = 0  # connection attempts: picks the next of several --server URLs
     _digest: str = ""
+    _work_root: Path | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # SIGTERM/SIGINT
+
+    def __post_init__(self) -> None:
+        self.outbox = Outbox(self.opts.outbox_bytes)
+        self.users = Users(uid_range=self.opts.uid_range, run_as=self.opts.run_as)
 
     # -- the outer loop ----------------------------------------------------------------------
     async def run(self) -> int:
         self._gpus = await asyncio.to_thread(host.gpus)
         self._digest = await asyncio.to_thread(host.env_digest)
+        self._work_root = await asyncio.to_thread(
+            workdirs.prepare, self.opts.home, self.opts.work_dir
+        )
+        swept = await self.users.sweep()
+        log.info("jobs run as %s, in %s", self.users.mode, self._work_root)
+        if swept:
+            log.warning("killed the processes of %d job uid(s) left by a dead worker", swept)
         watchdog = asyncio.create_task(self._watchdog())
         backoff = BACKOFF_START
         try:
@@ -112,7 +137,7 @@ class Worker:
         return self.exit_code or 0
 
     def _told_to_exit(self) -> bool:
-        return self.exit_code is not None
+        return self.exit_code is not None  # a method: set by the session, unseen by mypy here
 
     def _url(self) -> str:
         """The websocket URL of the server to dial now; `--server a,b` rotates on failure."""
@@ -147,8 +172,10 @@ class Worker:
             self.welcome = first
             self.last_ack = time.monotonic()
             log.info("attached as %s (instance %s)", first.name, self.instance[:8])
-            for key in first.drop:
-                await self._kill(key, "fenced")
+            for job, epoch in first.drop:
+                self.outbox.forget((job, epoch))
+                await self._kill((job, epoch), "fenced")
+            self.outbox.rewind()  # whatever the last session did not see received goes again
             helpers = [
                 asyncio.create_task(self._sender(ws)),
                 asyncio.create_task(self._beater(ws)),
@@ -170,14 +197,10 @@ class Worker:
             labels=self.opts.labels,
             parallel=self.opts.parallel,
             host=host.sample(self.opts.home, self._gpus),
-            python=self._python_version(),
+            python=".".join(map(str, sys.version_info[:3])),
             env_digest=self._digest,
-            held=tuple(sorted(self.runs)),
-            results=tuple(self.results.values()),
+            held=tuple(sorted(set(self.runs) | self.outbox.finished_keys())),
         )
-
-    def _python_version(self) -> str:
-        return ".".join(map(str, sys.version_info[:3]))
 
     # -- one session's tasks ------------------------------------------------------------------
     async def _reader(self, ws: ClientConnection) -> None:
@@ -186,6 +209,8 @@ class Worker:
             match frame:
                 case protocol.Ack():
                     self.last_ack = time.monotonic()
+                case protocol.Received():
+                    self.outbox.received(frame.upto)
                 case protocol.Lease():
                     self._start(frame)
                 case protocol.Leases():
@@ -194,10 +219,8 @@ class Worker:
                 case protocol.Cancel():
                     await self._kill((frame.job, frame.epoch), "cancelled")
                 case protocol.Stale():
-                    self.results.pop((frame.job, frame.epoch), None)
+                    self.outbox.forget((frame.job, frame.epoch))
                     await self._kill((frame.job, frame.epoch), "fenced")
-                case protocol.ResultAck():
-                    self.results.pop((frame.job, frame.epoch), None)
                 case protocol.Exit():
                     self.exit_code, self.exit_reason = frame.code, frame.reason
                     if frame.code:
@@ -209,59 +232,65 @@ class Worker:
                     pass
 
     async def _leave_when_stopped(self, ws: ClientConnection) -> None:
-        """On SIGTERM: stop every job, then tell the server which leases are free right now."""
+        """On SIGTERM: stop every job, let the server receive every report, then say bye."""
         await self.stopping.wait()
         held = tuple(sorted(self.runs))
         await self._stop_all("released")  # the copies are dead before the leases are given back
+        grace = 2 * self.welcome.heartbeat_seconds if self.welcome else 5.0
+        if not await self.outbox.drained(grace):
+            log.warning("%d report(s) not received by the server before leaving", len(self.outbox))
         await ws.send(protocol.encode(protocol.Bye(released=held)).decode())
         self.exit_code, self.exit_reason = 0, "stopped"
         await ws.close()
 
     async def _sender(self, ws: ClientConnection) -> None:
         while True:
-            frame = await self.outbox.get()
-            await ws.send(protocol.encode(frame).decode())
+            report = await self.outbox.next()
+            await ws.send(protocol.encode(report).decode())
 
     async def _beater(self, ws: ClientConnection) -> None:
         assert self.welcome is not None
         seq = 0
         while True:
             seq += 1
-            # A result the server never acknowledged (e.g. Postgres was restarting) is sent
-            # again; the server acknowledges a duplicate of one it kept.
-            for result in list(self.results.values()):
-                self.outbox.put_nowait(result)
             sample = await asyncio.to_thread(host.sample, self.opts.home, self._gpus)
             await ws.send(protocol.encode(protocol.Beat(seq=seq, host=sample)).decode())
             await asyncio.sleep(self.welcome.heartbeat_seconds)
 
     async def _watchdog(self) -> None:
-        """Self-fencing: no ack for the fence window -> kill every job before the lease moves."""
+        """Self-fencing: no ack for the fence window -> stop every job before its lease moves.
+
+        The copies are stopped at once, all together (each may take the kill grace), and each
+        is reported as given back, so a server that answers again re-queues them immediately.
+        """
         while True:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.1)
             w = self.welcome
             if w is None or not self.runs:
                 continue
             window = w.unreachable_seconds + w.evict_seconds - 2 * w.heartbeat_seconds
             if time.monotonic() - self.last_ack > window:
-                log.warning("no ack for %.1fs: stopping %d job(s)", window, len(self.runs))
-                for key in list(self.runs):
-                    await self._kill(key, "fenced")
+                live = [k for k, r in self.runs.items() if not r.stop_reason]
+                if live:
+                    log.warning("no ack for %.1fs: stopping %d job(s)", window, len(live))
+                    await asyncio.gather(*(self._kill(k, "gave_back") for k in live))
 
     # -- jobs ---------------------------------------------------------------------------------
     def _start(self, lease: protocol.Lease) -> None:
         key = (lease.job, lease.epoch)
         if key in self.runs:
             return
+        assert self._work_root is not None
         grace = self.welcome.kill_grace_seconds if self.welcome else 5.0
         run = Run(
             lease=lease,
-            workdir=self.opts.home / "work" / f"{lease.job}-{lease.epoch}",
+            workdir=self._work_root / f"{lease.job}-{lease.epoch}",
+            user=None,
             python=self.opts.python,
             grace=grace,
-            emit=lambda stream, data: self.outbox.put_nowait(
-                protocol.Output(job=lease.job, epoch=lease.epoch, stream=stream, data=data)
-            ),
+            emit=lambda stream, data: self.outbox.put_output(lease.job, lease.epoch, stream, data),
+            worker_env=self.opts.environ,
+            pass_env=self.opts.pass_env,
         )
         self.runs[key] = run
         task = asyncio.create_task(self._run(run))
@@ -270,27 +299,44 @@ class Worker:
 
     async def _run(self, run: Run) -> None:
         job, epoch = run.key
+        user = None
         try:
+            user = await self.users.acquire()
+            run.user = user
             outcome = await run.run(
-                lambda: self.outbox.put_nowait(protocol.Started(job=job, epoch=epoch))
+                lambda: self._report(lambda seq: protocol.Started(seq=seq, job=job, epoch=epoch))
             )
+        except NoFreeUid as exc:
+            outcome = Outcome("failed", None, f"cannot start: {exc}")
         except Exception as exc:  # a runner bug must still end in a report, never a silent slot
             log.exception("job %s failed to run", job)
             outcome = Outcome("failed", None, f"worker error: {exc}")
         finally:
             self.runs.pop(run.key, None)
+            if user is not None:
+                await self.users.release(user)
             run.cleanup()
-        if run._stop_reason in ("fenced", "released"):
-            return  # the lease is not ours any more (or we gave it back): report nothing
-        result = protocol.Finished(
-            job=job,
-            epoch=epoch,
-            state=outcome.state,
-            exit_code=outcome.exit_code,
-            error=outcome.error,
+        reason = run.stop_reason
+        if reason in NO_REPORT:
+            return
+        if reason == "gave_back":
+            self.outbox.put(
+                lambda seq: protocol.GaveBack(seq=seq, job=job, epoch=epoch, reason="no ack")
+            )
+            return
+        self.outbox.put(
+            lambda seq: protocol.Finished(
+                seq=seq,
+                job=job,
+                epoch=epoch,
+                state=outcome.state,  # type: ignore[arg-type]
+                exit_code=outcome.exit_code,
+                error=outcome.error[:4000],
+            )
         )
-        self.results[run.key] = result
-        self.outbox.put_nowait(result)
+
+    def _report(self, make: Callable[[int], protocol.Report]) -> None:
+        self.outbox.put(make)
 
     async def _kill(self, key: tuple[int, int], reason: str) -> None:
         run = self.runs.get(key)

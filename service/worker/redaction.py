@@ -1,28 +1,30 @@
 """Masking a job's secret values in its streamed output, even across read boundaries.
 
-Output arrives in reads of arbitrary size, so a secret can straddle two reads. The redactor
-holds back the last (longest secret - 1) characters until more output (or the end) shows
-whether they begin a secret; everything before that point is masked and let through.
+Output is bytes, read in pieces of arbitrary size, so a secret can straddle two reads. The
+redactor holds back the last (longest secret - 1) bytes until more output (or the end) shows
+whether they begin a secret; everything before that point is masked and let through. Secrets are
+matched as their UTF-8 bytes, so masking needs no decoding and passes any binary output intact.
 """
 
 from collections.abc import Iterable
 
-MASK = "***"
-MIN_LENGTH = 3  # masking one or two characters would garble output, not protect anything
+MASK = b"***"
+MIN_LENGTH = 3  # masking one or two bytes would garble output, not protect anything
 
 
 class Redactor:
-    def __init__(self, secrets: Iterable[str]) -> None:
+    def __init__(self, secrets: Iterable[str | bytes]) -> None:
+        values = {s.encode() if isinstance(s, str) else s for s in secrets}
         # Longest first, so a secret that contains another is masked whole.
-        self._secrets = sorted({s for s in secrets if len(s) >= MIN_LENGTH}, key=len, reverse=True)
+        self._secrets = sorted((s for s in values if len(s) >= MIN_LENGTH), key=len, reverse=True)
         self._hold = max((len(s) for s in self._secrets), default=1) - 1
-        self._buffer = ""
+        self._buffer = b""
 
-    def feed(self, text: str) -> str:
+    def feed(self, data: bytes) -> bytes:
         """Add output; return what is safe to show now, masked."""
         if not self._secrets:
-            return text
-        self._buffer += text
+            return data
+        self._buffer += data
         cut = max(0, len(self._buffer) - self._hold)
         # Never cut through a secret that starts before the cut: move the cut past it (it is
         # whole in the buffer), and look again, since the new cut may cut another.
@@ -36,12 +38,12 @@ class Redactor:
         shown, self._buffer = self._buffer[:cut], self._buffer[cut:]
         return self._mask(shown)
 
-    def flush(self) -> str:
+    def flush(self) -> bytes:
         """The end of the output: show (masked) whatever was held back."""
-        rest, self._buffer = self._buffer, ""
+        rest, self._buffer = self._buffer, b""
         return self._mask(rest)
 
-    def _mask(self, text: str) -> str:
+    def _mask(self, data: bytes) -> bytes:
         for secret in self._secrets:
-            text = text.replace(secret, MASK)
-        return text
+            data = data.replace(secret, MASK)
+        return data

@@ -1,24 +1,29 @@
-"""The process runner: one job in its own process group and working directory.
+"""The process runner: one job in its own process group, working directory and user.
 
-stdout/stderr are streamed to `emit` as they come. Cancel and timeout kill the whole group
-(TERM, then KILL after the grace period) and touch no other job. The group leader is SHIM, a
-few lines of POSIX sh that kill the whole group when this worker process dies, even by kill -9.
+The job's working directory is made 0700 for the job's user, with `tmp/` and `output/` in it;
+its environment is built (worker/environment.py), never inherited. stdout/stderr are bytes,
+streamed to `emit` as they come, secrets masked. Cancel and timeout kill the whole group (TERM,
+then KILL after the grace period) and touch no other job; a job with a uid of its own has every
+process of that uid killed when it ends (worker/jobusers.py). The group leader is SHIM, a few
+lines of POSIX sh that kill the whole group when this worker process dies, even by kill -9.
 """
 
 import asyncio
-import codecs
 import contextlib
 import os
 import shutil
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from service import protocol
+from service.worker import environment, jobusers
+from service.worker.jobusers import JobUser
 from service.worker.redaction import Redactor
 
-Emit = Callable[[str, str], None]  # (stream, text)
+Emit = Callable[[str, bytes], Awaitable[None]]  # (stream, data); may wait (backpressure)
+READ_SIZE = 65536
 
 # The job's group leader. Its stdin is the read end of a pipe whose write end only the worker
 # holds: when the worker dies for any reason the kernel closes it, `read` sees EOF, and the
@@ -55,28 +60,73 @@ class Run:
     python: str
     grace: float
     emit: Emit
-    env: dict[str, str] = field(default_factory=dict)
+    user: JobUser | None = None  # set once a uid is free for it (worker/jobusers.py)
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    pass_env: Sequence[str] = ()
     _proc: asyncio.subprocess.Process | None = None
-    _stop_reason: str = ""  # cancelled | timed_out | fenced
+    _stop_reason: str = ""  # cancelled | timed_out | fenced | released | gave_back
     _started: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def key(self) -> tuple[int, int]:
         return (self.lease.job, self.lease.epoch)
 
-    def argv(self) -> list[str]:
+    @property
+    def stop_reason(self) -> str:
+        return self._stop_reason
+
+    def prepare(self) -> None:
+        """The job's own folder: 0700, owned by its user, with tmp/ and output/ inside."""
+        assert self.user is not None
+        for path in (self.workdir, self.workdir / "tmp", self.workdir / "output"):
+            path.mkdir(mode=0o700)
+            os.chown(path, self.user.uid, self.user.gid)
         if self.lease.python:
             script = self.workdir / "main.py"
-            script.write_text(self.lease.python)
-            return [self.python, str(script)]
+            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(self.lease.python)
+            os.chown(script, self.user.uid, self.user.gid)
+
+    def argv(self) -> list[str]:
+        if self.lease.python:
+            return [self.python, str(self.workdir / "main.py")]
         return list(self.lease.command)
+
+    def env(self) -> dict[str, str]:
+        return environment.build(
+            self.worker_env,
+            pass_env=self.pass_env,
+            job_env=self.lease.env,
+            secrets=self.lease.secrets,
+            berth={
+                "BERTH_JOB_ID": str(self.lease.job),
+                "BERTH_ATTEMPT": str(self.lease.epoch),
+                "BERTH_TENANT": self.lease.tenant,
+                "BERTH_OUTPUT": str(self.workdir / "output"),
+            },
+            workdir=self.workdir,
+            user=self.user.name if self.user else "",
+        )
 
     async def run(self, on_started: Callable[[], None]) -> Outcome:
         """Start, stream, wait; the outcome says how it ended."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env, **self.lease.env, **self.lease.secrets}
-        env["BERTH_JOB_ID"] = str(self.lease.job)
-        env["BERTH_ATTEMPT"] = str(self.lease.epoch)
+        try:
+            return await self._start_and_wait(on_started)
+        finally:
+            self._started.set()  # a stop() waiting for a start that never came may go on
+
+    async def _start_and_wait(self, on_started: Callable[[], None]) -> Outcome:
+        assert self.user is not None
+        try:
+            self.prepare()
+        except OSError as exc:
+            return Outcome("failed", None, f"cannot make the job's folder: {exc}")
+        if self._stop_reason:  # stopped while it waited for a uid: never start it
+            return Outcome("cancelled", None, self._stop_reason)
+        drop = None
+        if self.user.uid != os.geteuid():
+            drop = jobusers.become(self.user.uid, self.user.gid)
         read_end, write_end = os.pipe()
         try:
             self._proc = await asyncio.create_subprocess_exec(
@@ -86,11 +136,12 @@ class Run:
                 "berth-job",
                 *self.argv(),
                 cwd=self.workdir,
-                env=env,
+                env=self.env(),
                 stdin=read_end,  # the shim's lifeline to this worker (see SHIM)
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # its own process group: cancel kills exactly this job
+                preexec_fn=drop,  # three system calls in the child: see jobusers.become
             )
         except OSError as exc:
             os.close(write_end)
@@ -134,14 +185,21 @@ class Run:
         return Outcome("failed", code, f"exited with {code}")
 
     async def _pump(self, stream: asyncio.StreamReader, name: str) -> None:
-        """Stream output, decoded incrementally (a character may straddle reads), secrets masked."""
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        """Stream output as bytes, secrets masked (even across reads).
+
+        A chunk never ends inside a UTF-8 character (an incomplete one waits for the next read),
+        so text output reads cleanly chunk by chunk; bytes that are not UTF-8 pass untouched.
+        """
         redactor = Redactor(self.lease.secrets.values())
-        while chunk := await stream.read(65536):
-            if text := redactor.feed(decoder.decode(chunk)):
-                self.emit(name, text)
-        if text := redactor.feed(decoder.decode(b"", final=True)) + redactor.flush():
-            self.emit(name, text)
+        rest = b""
+        while chunk := await stream.read(READ_SIZE):
+            data = rest + redactor.feed(chunk)
+            cut = utf8_boundary(data)
+            data, rest = data[:cut], data[cut:]
+            if data:
+                await self.emit(name, data)
+        if data := rest + redactor.flush():
+            await self.emit(name, data)
 
     async def stop(self, reason: str) -> None:
         """Kill the job's whole group (TERM, then KILL after the grace period)."""
@@ -160,7 +218,21 @@ class Run:
         _signal_group(proc.pid, signal.SIGKILL)
 
     def cleanup(self) -> None:
+        """Remove the job's folder; a stop() still waiting for a start returns."""
+        self._started.set()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def utf8_boundary(data: bytes) -> int:
+    """Where `data` may be cut without splitting a UTF-8 character: before an incomplete tail."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:  # ASCII: nothing pending
+            return len(data)
+        if byte >= 0xC0:  # a lead byte: complete when its sequence fits
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) if back >= need else len(data) - back
+    return len(data)  # continuation bytes only: not UTF-8, pass it as it is
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

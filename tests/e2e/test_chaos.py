@@ -41,7 +41,7 @@ async def lease_facts(url: str) -> list[asyncpg.Record]:
 
 class TestChaos:
     def test_random_kill9_of_workers_and_servers(
-        self, server_factory, worker_factory, tmp_path, sync_db_url
+        self, server_factory, worker_factory, shared_dir, sync_db_url
     ):
         """Under random kill -9, every job finishes once, with no overlap and no stale result."""
         rng = random.Random(int(os.environ.get("BERTH_CHAOS_SEED", "7")))
@@ -54,8 +54,7 @@ class TestChaos:
             for name, t in tokens.items()
         }
         wait_for(lambda: all(attached(servers[0], n) for n in tokens), 30, "workers attached")
-        m = tmp_path / "marks"
-        m.mkdir()
+        m = shared_dir
         ids: list[int] = []
         for i in range(0, JOBS, 100):
             batch = [

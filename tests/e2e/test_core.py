@@ -162,12 +162,11 @@ class TestCancel:
 
 class TestManyJobs:
     def test_200_jobs_over_3_workers_exactly_once_within_slots(
-        self, server_factory, worker_factory, tmp_path
+        self, server_factory, worker_factory, shared_dir
     ):
         """200 jobs at once over 3 workers all finish, each once, never over a worker's slots."""
         s = server_factory({"pools": {"gpu": {"slots": {"default": 3}}}}, builtin_worker=False)
-        marks = tmp_path / "marks"
-        marks.mkdir()
+        marks = shared_dir
         for i in range(3):
             worker_factory(s, s.worker_token(f"w{i}"), "gpu", name=f"w{i}")
         script = (

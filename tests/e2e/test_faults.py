@@ -50,15 +50,14 @@ def attached(s, name: str) -> bool:
 
 class TestWorkerDeath:
     def test_kill9_worker_kills_its_job_and_restart_reruns_within_a_heartbeat(
-        self, server_factory, worker_factory, tmp_path
+        self, server_factory, worker_factory, shared_dir
     ):
         """kill -9 of a worker kills its job's processes; restarted, it re-runs the job at once."""
         s = server_factory(GPU1, builtin_worker=False)
         token = s.worker_token("w1")
         w = worker_factory(s, token, "gpu", name="a")
         wait_for(lambda: attached(s, "w1"), 20, "w1 attached")
-        m = tmp_path / "marks"
-        m.mkdir()
+        m = shared_dir
         j = submit(s, marks.script(m, 2.0), pool="gpu")
         wait_for(lambda: (m / f"{j}.1").exists(), 20, "the job to start")
         w.kill(signal.SIGKILL)
@@ -75,14 +74,13 @@ class TestWorkerDeath:
         assert marks.overlaps(m) == []
 
     def test_silent_worker_leases_move_after_the_window(
-        self, server_factory, worker_factory, tmp_path
+        self, server_factory, worker_factory, shared_dir
     ):
         """A worker killed for good: its job moves to another worker after unreachable+evict."""
         s = server_factory(GPU1, builtin_worker=False)
         w1 = worker_factory(s, s.worker_token("w1"), "gpu", name="a")
         wait_for(lambda: attached(s, "w1"), 20, "w1 attached")
-        m = tmp_path / "marks"
-        m.mkdir()
+        m = shared_dir
         j = submit(s, marks.script(m, 1.5), pool="gpu")
         wait_for(lambda: (m / f"{j}.1").exists(), 20, "the job to start on w1")
         worker_factory(s, s.worker_token("w2"), "gpu", name="b")
@@ -98,13 +96,12 @@ class TestWorkerDeath:
         listed = {x["name"]: x for x in s.api("GET", "/api/v1/workers").json()}
         assert listed["w1"]["state"] == "lost"
 
-    def test_sigterm_gives_leases_back_at_once(self, server_factory, worker_factory, tmp_path):
+    def test_sigterm_gives_leases_back_at_once(self, server_factory, worker_factory, shared_dir):
         """A worker stopped with SIGTERM kills its job, frees the lease, and exits 0."""
         s = server_factory({**GPU1, "executor": {"evict_seconds": 30}}, builtin_worker=False)
         w1 = worker_factory(s, s.worker_token("w1"), "gpu", name="a")
         wait_for(lambda: attached(s, "w1"), 20, "w1 attached")
-        m = tmp_path / "marks"
-        m.mkdir()
+        m = shared_dir
         j = submit(s, marks.script(m, 2.0), pool="gpu")
         wait_for(lambda: (m / f"{j}.1").exists(), 20, "the job to start")
         worker_factory(s, s.worker_token("w2"), "gpu", name="b")
@@ -134,15 +131,14 @@ class TestWorkerDeath:
 
 class TestSelfFencing:
     def test_cut_off_worker_stops_its_job_before_the_lease_moves(
-        self, server_factory, worker_factory, tmp_path
+        self, server_factory, worker_factory, tmp_path, shared_dir
     ):
         """A worker whose server froze kills its job before the leader moves the lease."""
         leader = server_factory(GPU1, builtin_worker=False, name="leader")
         frozen = server_factory(GPU1, builtin_worker=False, name="frozen")
         w1 = worker_factory(frozen, frozen.worker_token("w1"), "gpu", name="a")
         wait_for(lambda: attached(leader, "w1"), 20, "w1 attached to the second server")
-        m = tmp_path / "marks"
-        m.mkdir()
+        m = shared_dir
         j = submit(leader, marks.script(m, 8.0), pool="gpu")
         wait_for(lambda: (m / f"{j}.1").exists(), 20, "the job to start on w1")
         worker_factory(leader, leader.worker_token("w2"), "gpu", name="b")
@@ -198,14 +194,14 @@ class TestFencing:
             assert (second.job, second.epoch) == (j, 2)
             await ws.send(
                 protocol.encode(
-                    protocol.Output(job=j, epoch=1, stream="stdout", data="STALE")
+                    protocol.Output(seq=1, job=j, epoch=1, stream="stdout", data=b"STALE")
                 ).decode()
             )
             stale = await next_frame(ws, protocol.Stale)
             assert (stale.job, stale.epoch) == (j, 1)
             await ws.send(
                 protocol.encode(
-                    protocol.Finished(job=j, epoch=1, state="succeeded", exit_code=0)
+                    protocol.Finished(seq=2, job=j, epoch=1, state="succeeded", exit_code=0)
                 ).decode()
             )
             stale = await next_frame(ws, protocol.Stale)
@@ -214,11 +210,12 @@ class TestFencing:
             assert (shown["state"], shown["attempt"], shown["exit_code"]) == ("leased", 2, None)
             await ws.send(
                 protocol.encode(
-                    protocol.Finished(job=j, epoch=2, state="failed", exit_code=7)
+                    protocol.Finished(seq=3, job=j, epoch=2, state="failed", exit_code=7)
                 ).decode()
             )
-            ack = await next_frame(ws, protocol.ResultAck)
-            assert (ack.job, ack.epoch) == (j, 2)
+            ack = await next_frame(ws, protocol.Received)
+            while ack.upto < 3:
+                ack = await next_frame(ws, protocol.Received)
         shown = await asyncio.to_thread(job, s, j)
         assert (shown["state"], shown["exit_code"]) == ("failed", 7)
         logs = (await asyncio.to_thread(s.api, "GET", f"/api/v1/jobs/{j}/logs")).json()
@@ -226,13 +223,12 @@ class TestFencing:
 
 
 class TestServerRestart:
-    def test_kill9_server_mid_run_loses_nothing(self, server_factory, worker_factory, tmp_path):
+    def test_kill9_server_mid_run_loses_nothing(self, server_factory, worker_factory, shared_dir):
         """kill -9 of the server mid-run, then a restart: every job finishes, each exactly once."""
         s = server_factory({"pools": {"gpu": {"slots": {"default": 3}}}}, builtin_worker=False)
         for i in range(2):
             worker_factory(s, s.worker_token(f"w{i}"), "gpu", name=f"w{i}")
-        m = tmp_path / "marks"
-        m.mkdir()
+        m = shared_dir
         r = s.api(
             "POST",
             "/api/v1/jobs",

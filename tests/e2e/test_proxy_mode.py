@@ -136,12 +136,13 @@ class TestProxyMode:
                     lease = protocol.decode_to_worker(await asyncio.wait_for(ws.recv(), 10))
                 assert lease.job == job.json()["id"]
                 done = protocol.Finished(
-                    job=lease.job, epoch=lease.epoch, state="succeeded", exit_code=0
+                    seq=1, job=lease.job, epoch=lease.epoch, state="succeeded", exit_code=0
                 )
                 await ws.send(protocol.encode(done).decode())
                 ack = None
-                while not isinstance(ack, protocol.ResultAck):
+                while not isinstance(ack, protocol.Received):
                     ack = protocol.decode_to_worker(await asyncio.wait_for(ws.recv(), 10))
+                assert ack.upto == 1
 
         asyncio.run(run())
         entries = call(s, "GET", "/api/v1/audit", ALICE).json()

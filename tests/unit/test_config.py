@@ -33,6 +33,7 @@ url = "https://berth.example"
 [executor]
 heartbeat_seconds = 2
 unreachable_seconds = 8
+kill_grace_seconds = 3
 
 [pools.gpu]
 slots = { agent = 2, eval = 1 }
@@ -52,8 +53,9 @@ class TestDefaults:
         assert config.network.tls == ""
         assert config.network.auth == "token"
         assert config.executor.heartbeat_seconds == 10.0
-        assert config.executor.unreachable_seconds == 40.0
-        assert config.executor.evict_seconds == 300.0
+        assert config.executor.unreachable_seconds == 30.0
+        assert config.executor.evict_seconds == 60.0
+        assert config.executor.kill_grace_seconds == 5.0
         assert config.pools == {}
         assert config.cas.provider == "local"
 
@@ -80,7 +82,7 @@ class TestLoad:
         assert config.database.url == "postgresql://file/db"
         assert config.network.listen == "0.0.0.0:9000"
         assert config.executor.heartbeat_seconds == 2.0
-        assert config.executor.evict_seconds == 300.0
+        assert config.executor.evict_seconds == 60.0
         assert config.pools["gpu"].slots == {"agent": 2, "eval": 1}
         assert config.pools["gpu"].max_load == 3.5
 
@@ -188,16 +190,25 @@ class TestInvalid:
             ({"unreachable_seconds": -1}, "executor.unreachable_seconds must be positive"),
             ({"evict_seconds": 0}, "executor.evict_seconds must be positive"),
             ({"loop_seconds": 0}, "executor.loop_seconds must be positive"),
+            ({"heartbeat_seconds": 2, "kill_grace_seconds": 4}, "kill_grace_seconds"),
+            ({"heartbeat_seconds": 0.5, "kill_grace_seconds": 1.0}, "two heartbeats"),
+            ({"kill_grace_seconds": -1}, "kill_grace_seconds"),
         ],
     )
     def test_executor_timing(self, absent, executor, words):
-        """Durations must be positive and unreachable + evict must exceed three heartbeats."""
+        """Durations must be positive, unreachable + evict must exceed three heartbeats, and
+        the kill grace must fit inside the two heartbeats a silent worker keeps in hand."""
         with pytest.raises(Invalid, match=words):
             load(absent, environ=overlay({"executor": executor}))
 
     def test_executor_timing_just_enough(self, absent):
         """Short fractional durations pass when unreachable + evict exceed three heartbeats."""
-        executor = {"heartbeat_seconds": 0.1, "unreachable_seconds": 0.2, "evict_seconds": 0.11}
+        executor = {
+            "heartbeat_seconds": 0.1,
+            "unreachable_seconds": 0.2,
+            "evict_seconds": 0.11,
+            "kill_grace_seconds": 0.15,
+        }
         config = load(absent, environ=overlay({"executor": executor}))
         assert config.executor.evict_seconds == 0.11
 

@@ -1,4 +1,5 @@
-"""Worker websocket frames: each one round-trips, unknown or misdirected frames are refused."""
+"""Worker websocket frames: each one round-trips, unknown, misdirected or out-of-bounds frames
+are refused with a message naming the field."""
 
 import json
 
@@ -13,21 +14,22 @@ TO_SERVER = [
         berth_version="1.2.3",
         pool="gpu",
         instance="i-1",
-        labels=("a100", "tpu"),
+        labels=("a100", "tpu", "zone=eu"),
         parallel=3,
         host=p.Host(cpus=8, load=0.5, free_memory_gb=12.5, free_disk_gb=99.0, gpus=("A100",)),
         python="3.11.9",
         env_digest="sha256:abc",
         cas="cas-1",
         held=((7, 2), (8, 1)),
-        results=(p.Finished(job=9, epoch=1, state="failed", exit_code=3, error="boom"),),
     ),
-    p.Hello(protocol=1, berth_version="0", pool="serve", instance="i-2"),
+    p.Hello(protocol=2, berth_version="0", pool="serve", instance="i-2"),
     p.Beat(seq=42, host=p.Host(cpus=2, load=1.25)),
-    p.Started(job=1, epoch=2),
-    p.Output(job=1, epoch=2, stream="stderr", data="line ✓\n"),
-    p.Finished(job=1, epoch=2, state="succeeded", exit_code=0),
-    p.Finished(job=1, epoch=2, state="timed_out"),
+    p.Started(seq=1, job=1, epoch=2),
+    p.Output(seq=2, job=1, epoch=2, stream="stderr", data="line ✓\n".encode()),
+    p.Output(seq=3, job=1, epoch=2, stream="stdout", data=b"\x00\xff binary \x80"),
+    p.Finished(seq=4, job=1, epoch=2, state="succeeded", exit_code=0),
+    p.Finished(seq=5, job=1, epoch=2, state="timed_out"),
+    p.GaveBack(seq=6, job=1, epoch=2, reason="no ack"),
     p.Bye(released=((4, 2), (5, 1))),
     p.Bye(),
 ]
@@ -44,31 +46,32 @@ TO_WORKER = [
     p.Welcome(
         name="w-2",
         heartbeat_seconds=10,
-        unreachable_seconds=40,
-        evict_seconds=300,
+        unreachable_seconds=30,
+        evict_seconds=60,
         kill_grace_seconds=5,
     ),
     p.Refused(reason="unknown pool gpu2"),
     p.Ack(seq=42),
+    p.Received(upto=17),
     p.Lease(
         job=5,
         epoch=1,
         kind="agent",
+        tenant="ml",
         command=("bash", "-c", "echo hi"),
         env={"A": "1"},
         secrets={"TOKEN": "s3cret"},
         timeout_seconds=1.5,
     ),
-    p.Lease(job=6, epoch=2, kind="default", python="print('hi')"),
+    p.Lease(job=6, epoch=2, kind="default", tenant="default", python="print('hi')"),
     p.Leases(
         leases=(
-            p.Lease(job=7, epoch=1, kind="default", command=("true",)),
-            p.Lease(job=8, epoch=3, kind="eval", command=("false",)),
+            p.Lease(job=7, epoch=1, kind="default", tenant="a", command=("true",)),
+            p.Lease(job=8, epoch=3, kind="eval", tenant="b", command=("false",)),
         )
     ),
     p.Cancel(job=5, epoch=1),
     p.Stale(job=5, epoch=1),
-    p.ResultAck(job=5, epoch=1),
     p.Exit(reason="token revoked", code=3),
     p.Exit(reason="bye"),
 ]
@@ -101,26 +104,35 @@ class TestRoundTrip:
     @pytest.mark.parametrize(
         ("frame", "tag"),
         [
-            (p.Hello(protocol=1, berth_version="0", pool="x", instance="i"), "hello.v1"),
-            (p.Beat(seq=1, host=p.Host()), "beat.v1"),
-            (p.ResultAck(job=1, epoch=1), "result_ack.v1"),
-            (p.Exit(reason="r"), "exit.v1"),
+            (p.Hello(protocol=2, berth_version="0", pool="x", instance="i"), "hello.v2"),
+            (p.Beat(seq=1, host=p.Host()), "beat.v2"),
+            (p.Received(upto=1), "received.v2"),
+            (p.GaveBack(seq=1, job=1, epoch=1), "gave_back.v2"),
+            (p.Exit(reason="r"), "exit.v2"),
         ],
     )
     def test_tag_on_the_wire(self, frame, tag):
         """Each frame carries its versioned tag in the `type` field."""
         assert json.loads(p.encode(frame))["type"] == tag
 
+    def test_output_is_bytes_on_the_wire(self):
+        """Output travels as base64: a NUL or an invalid UTF-8 byte arrives as it was."""
+        raw = p.encode(p.Output(seq=1, job=1, epoch=1, stream="stdout", data=b"\x00\xff"))
+        assert json.loads(raw)["data"] == "AP8="
+        back = p.decode_to_server(raw)
+        assert isinstance(back, p.Output)
+        assert back.data == b"\x00\xff"
+
 
 class TestRefused:
     @pytest.mark.parametrize(
         "raw",
         [
-            b'{"type": "bogus.v1"}',
-            b'{"type": "hello.v2", "protocol": 2}',
+            b'{"type": "bogus.v2"}',
+            b'{"type": "hello.v1", "protocol": 1}',
             b'{"job": 1, "epoch": 1}',
-            b'{"type": "started.v1", "job": "one", "epoch": 1}',
-            b'{"type": "started.v1", "job": 1}',
+            b'{"type": "started.v2", "seq": 1, "job": "one", "epoch": 1}',
+            b'{"type": "started.v2", "seq": 1, "job": 1}',
         ],
     )
     def test_unknown_or_malformed(self, raw):
@@ -142,12 +154,93 @@ class TestRefused:
         with pytest.raises(msgspec.ValidationError):
             p.decode_to_worker(p.encode(frame))
 
-    def test_same_shape_different_tag(self):
-        """Started and Cancel share fields, yet each decodes only on its own side."""
-        started, cancel = p.encode(p.Started(job=1, epoch=1)), p.encode(p.Cancel(job=1, epoch=1))
-        assert isinstance(p.decode_to_server(started), p.Started)
-        assert isinstance(p.decode_to_worker(cancel), p.Cancel)
-        with pytest.raises(msgspec.ValidationError):
-            p.decode_to_server(cancel)
-        with pytest.raises(msgspec.ValidationError):
-            p.decode_to_worker(started)
+
+def frame(kind: str, **fields: object) -> bytes:
+    return json.dumps({"type": kind, **fields}).encode()
+
+
+class TestBounds:
+    """A hostile worker's frames: every integer fits its column, text has no control characters,
+    lists and blobs are capped; the error names the field."""
+
+    @pytest.mark.parametrize(
+        ("raw", "field"),
+        [
+            (frame("started.v2", seq=1, job=2**63, epoch=1), "$.job"),
+            (frame("started.v2", seq=1, job=0, epoch=1), "$.job"),
+            (frame("started.v2", seq=1, job=1, epoch=2**31), "$.epoch"),
+            (frame("started.v2", seq=-1, job=1, epoch=1), "$.seq"),
+            (
+                frame("finished.v2", seq=1, job=1, epoch=1, state="succeeded", exit_code=2**40),
+                "$.exit_code",
+            ),
+            (frame("finished.v2", seq=1, job=1, epoch=1, state="won"), "$.state"),
+            (
+                frame("finished.v2", seq=1, job=1, epoch=1, state="failed", error="x" * 5000),
+                "$.error",
+            ),
+            (frame("output.v2", seq=1, job=1, epoch=1, stream="stdin", data=""), "$.stream"),
+            (
+                frame("output.v2", seq=1, job=1, epoch=1, stream="stdout", data="!!not-base64"),
+                "$.data",
+            ),
+            (
+                frame("hello.v2", protocol=2, berth_version="0", pool="a\x00b", instance="i"),
+                "$.pool",
+            ),
+            (
+                frame(
+                    "hello.v2",
+                    protocol=2,
+                    berth_version="0",
+                    pool="gpu",
+                    instance="i",
+                    labels=["a,b"],
+                ),
+                "$.labels[0]",
+            ),
+            (
+                frame("hello.v2", protocol=2, berth_version="0", pool="gpu", instance="i\x00"),
+                "$.instance",
+            ),
+            (
+                frame(
+                    "hello.v2",
+                    protocol=2,
+                    berth_version="0",
+                    pool="gpu",
+                    instance="i",
+                    parallel=2**40,
+                ),
+                "$.parallel",
+            ),
+            (
+                frame(
+                    "hello.v2",
+                    protocol=2,
+                    berth_version="0",
+                    pool="gpu",
+                    instance="i",
+                    held=[[1, 0]],
+                ),
+                "$.held[0][1]",
+            ),
+            (b'{"type": "beat.v2", "seq": 1, "host": {"load": 1e400}}', "$.host.load"),
+            (frame("beat.v2", seq=1, host={"cpus": -1}), "$.host.cpus"),
+            (frame("beat.v2", seq=1, host={"gpus": ["x"] * 300}), "$.host.gpus"),
+            (frame("beat.v2", seq=1, host={"extra": 1}), "$.host"),
+        ],
+    )
+    def test_out_of_bounds_is_refused_naming_the_field(self, raw, field):
+        """The decoder refuses the frame, and its message names where."""
+        with pytest.raises(msgspec.ValidationError) as err:
+            p.decode_to_server(raw)
+        assert field in str(err.value)
+
+    def test_output_size_is_capped(self):
+        """One output frame holds at most MAX_OUTPUT bytes."""
+        big = p.encode(
+            p.Output(seq=1, job=1, epoch=1, stream="stdout", data=b"x" * (p.MAX_OUTPUT + 1))
+        )
+        with pytest.raises(msgspec.ValidationError, match=r"\$\.data"):
+            p.decode_to_server(big)

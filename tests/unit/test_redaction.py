@@ -9,19 +9,20 @@ from service.worker.redaction import MASK, Redactor
 SECRETS = ["s3cr3t-value", "hunter2x", "cr3t"]
 
 
-def stream(text: str, cuts: list[int], secrets: list[str]) -> str:
+def stream(text: str | bytes, cuts: list[int], secrets: list[str]) -> str:
+    data = text.encode() if isinstance(text, str) else text
     r = Redactor(secrets)
     out, last = [], 0
-    for cut in [*cuts, len(text)]:
-        out.append(r.feed(text[last:cut]))
+    for cut in [*cuts, len(data)]:
+        out.append(r.feed(data[last:cut]))
         last = cut
     out.append(r.flush())
-    return "".join(out)
+    return b"".join(out).decode("utf-8", "surrogateescape")
 
 
 def masked(text: str, secrets: list[str]) -> str:
     for s in sorted(secrets, key=len, reverse=True):
-        text = text.replace(s, MASK)
+        text = text.replace(s, MASK.decode())
     return text
 
 
@@ -35,21 +36,29 @@ class TestRedactor:
             for _ in range(rng.randint(1, 30))
         ]
         text = "".join(parts)
-        cuts = sorted(rng.sample(range(len(text) + 1), k=min(len(text), rng.randint(0, 10))))
+        size = len(text.encode())
+        cuts = sorted(rng.sample(range(size + 1), k=min(size, rng.randint(0, 10))))
         got = stream(text, cuts, SECRETS)
         assert got == masked(text, SECRETS)
         assert all(s not in got for s in SECRETS)
 
     def test_byte_by_byte(self):
-        """One character per read still masks a secret that arrives across many reads."""
+        """One byte per read still masks a secret that arrives across many reads."""
         text = "key=s3cr3t-value; next=hunter2x\n"
         assert stream(text, list(range(1, len(text))), SECRETS) == "key=***; next=***\n"
+
+    def test_binary_output_passes_intact(self):
+        """NUL bytes and invalid UTF-8 pass through unchanged; only the secret is masked."""
+        data = b"\x00\xff\xfe s3cr3t-value \x80\x00"
+        r = Redactor(SECRETS)
+        got = r.feed(data[:7]) + r.feed(data[7:]) + r.flush()
+        assert got == b"\x00\xff\xfe *** \x80\x00"
 
     def test_no_secrets_passes_through_at_once(self):
         """Without secrets nothing is held back."""
         r = Redactor([])
-        assert r.feed("partial") == "partial"
-        assert r.flush() == ""
+        assert r.feed(b"partial") == b"partial"
+        assert r.flush() == b""
 
     def test_short_values_are_not_masked(self):
         """A one- or two-character value is not masked (it would garble output)."""

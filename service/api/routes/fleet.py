@@ -17,6 +17,7 @@ def worker_json(row: fleet.WorkerRow) -> dict[str, Any]:
         "pool": w.pool,
         "state": row.state,
         "labels": w.labels,
+        "tenants": w.tenants,
         "seen_seconds_ago": round(w.seen_seconds_ago, 1),
         "no_lease": row.no_lease,
         "load": host.get("load"),

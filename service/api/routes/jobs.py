@@ -1,39 +1,52 @@
 """/api/v1/jobs: submit (one or a list), list, show, cancel, output."""
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Request, get, post
 from litestar.params import QueryParameter
 from litestar.response import Stream
 
+from service.api import body
 from service.api.body import decode
 from service.api.identity import identify, request_id, runtime_of
 from service.auth.permissions import Perm
 from service.core.errors import Invalid, NotFound
 from service.core.states import JobState
-from service.db.records import JobRecord
+from service.db.records import JobRecord, OutputChunk
 from service.domain import jobs
 
 MAX_ID = 2**63 - 1
 
 
 class JobBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    command: list[str] = msgspec.field(default_factory=list)
-    python: str = ""
-    env: dict[str, str] = msgspec.field(default_factory=dict)
-    kind: str = "default"
-    pool: str | None = None
-    labels: list[str] = msgspec.field(default_factory=list)
-    device_policy: str = "require"
-    timeout_seconds: float = 0.0
-    max_attempts: int = 3
-    priority: int = 0
-    tenant: str | None = None
-    secrets: dict[str, str] = msgspec.field(default_factory=dict)  # variable -> secret name
-    inputs: list[str] = msgspec.field(default_factory=list)
+    command: Annotated[list[body.Arg], msgspec.Meta(max_length=4096)] = msgspec.field(
+        default_factory=list
+    )
+    python: body.Source = ""
+    env: Annotated[dict[body.EnvName, body.Arg], msgspec.Meta(max_length=1024)] = msgspec.field(
+        default_factory=dict
+    )
+    kind: body.Kind = "default"
+    pool: body.Name | None = None
+    labels: Annotated[list[body.Label], msgspec.Meta(max_length=64)] = msgspec.field(
+        default_factory=list
+    )
+    device_policy: Literal["require", "prefer"] = "require"
+    timeout_seconds: body.Seconds = 0.0
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 3
+    priority: body.Int32 = 0
+    tenant: body.Name | None = None
+    # variable -> secret name
+    secrets: Annotated[dict[body.EnvName, body.Name], msgspec.Meta(max_length=256)] = msgspec.field(
+        default_factory=dict
+    )
+    inputs: Annotated[list[body.Arg], msgspec.Meta(max_length=256)] = msgspec.field(
+        default_factory=list
+    )
 
 
 def job_json(job: JobRecord, waiting_for: str = "") -> dict[str, Any]:
@@ -134,29 +147,42 @@ async def cancel(request: Request[Any, Any, Any], job_id: int) -> dict[str, Any]
     return job_json(await jobs.cancel(rt.db, caller, _id(job_id), request_id=request_id(request)))
 
 
+def _chunk(c: OutputChunk, encoding: str) -> dict[str, Any]:
+    """Output is bytes: as base64 (exact), or as text with invalid UTF-8 replaced visibly."""
+    if encoding == "base64":
+        return {"id": c.id, "stream": c.stream, "b64": base64.b64encode(c.data).decode()}
+    return {"id": c.id, "stream": c.stream, "data": c.data.decode("utf-8", "replace")}
+
+
 @get("/api/v1/jobs/{job_id:int}/logs", opt={"perm": Perm.JOBS_READ}, response_model=None)
 async def logs(
-    request: Request[Any, Any, Any], job_id: int, after: int = 0, follow: bool = False
+    request: Request[Any, Any, Any],
+    job_id: int,
+    after: int = 0,
+    follow: bool = False,
+    encoding: Literal["text", "base64"] = "text",
 ) -> dict[str, Any] | Stream:
     """Output so far; with follow=true, NDJSON lines until the job ends, then its result."""
     rt = runtime_of(request)
     caller = await identify(request)
-    job, chunks = await jobs.output(rt.db, caller, _id(job_id), after=max(0, after))
+    if not 0 <= after <= MAX_ID:
+        raise Invalid(f"after must be between 0 and {MAX_ID}")
+    job, chunks = await jobs.output(rt.db, caller, _id(job_id), after=after)
     if not follow:
         return {
             "state": job.state,
             "exit_code": job.exit_code,
-            "chunks": [{"id": c.id, "stream": c.stream, "data": c.data} for c in chunks],
+            "chunks": [_chunk(c, encoding) for c in chunks],
         }
 
     async def lines() -> AsyncIterator[bytes]:
-        cursor = max(0, after)
+        cursor = after
         idle = 0.05
         while True:
             current, got = await jobs.output(rt.db, caller, job_id, after=cursor)
             for c in got:
                 cursor = c.id
-                yield msgspec.json.encode({"id": c.id, "stream": c.stream, "data": c.data}) + b"\n"
+                yield msgspec.json.encode(_chunk(c, encoding)) + b"\n"
             if JobState(current.state).terminal and not got:
                 yield (
                     msgspec.json.encode(

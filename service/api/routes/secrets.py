@@ -1,10 +1,11 @@
 """/api/v1/secrets: set (PUT), list names (GET), remove (DELETE). Values never come back."""
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, delete, get, put
 
+from service.api import body
 from service.api.body import decode
 from service.api.identity import identify, request_id, runtime_of
 from service.auth.permissions import Perm
@@ -12,8 +13,9 @@ from service.domain import secrets
 
 
 class SecretBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    value: str
-    tenant: str | None = None
+    # A secret becomes an environment variable: no NUL, and at most 64 KiB.
+    value: Annotated[str, msgspec.Meta(max_length=64 * 1024, pattern=body.NO_NUL)]
+    tenant: body.Name | None = None
 
 
 @put("/api/v1/secrets/{name:str}", opt={"perm": Perm.SECRETS}, status_code=200)

@@ -1,10 +1,11 @@
 """/api/v1/tokens: create (the token is in the answer, once), list, revoke."""
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Request, delete, get, post
 
+from service.api import body
 from service.api.body import decode
 from service.api.identity import identify, request_id, runtime_of
 from service.auth.permissions import Perm
@@ -13,10 +14,12 @@ from service.domain import tokens
 
 
 class TokenBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    name: str
-    kind: str = "worker"
-    tenants: list[str] = msgspec.field(default_factory=list)
-    expires_days: float = 365.0
+    name: body.Name
+    kind: Literal["admin", "operator", "service", "worker", "metrics"] = "worker"
+    tenants: Annotated[list[body.Name], msgspec.Meta(max_length=256)] = msgspec.field(
+        default_factory=list
+    )
+    expires_days: Annotated[float, msgspec.Meta(gt=0, le=3650)] = 365.0
 
 
 def token_json(t: TokenRecord) -> dict[str, Any]:
@@ -51,7 +54,8 @@ async def create(request: Request[Any, Any, Any]) -> dict[str, Any]:
 @get("/api/v1/tokens", opt={"perm": Perm.TOKENS})
 async def list_tokens(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
     rt = runtime_of(request)
-    return [token_json(t) for t in await tokens.list_all(rt.db)]
+    caller = await identify(request)
+    return [token_json(t) for t in await tokens.list_visible(rt.db, caller)]
 
 
 @delete("/api/v1/tokens/{name:str}", opt={"perm": Perm.TOKENS}, status_code=200)

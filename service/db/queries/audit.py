@@ -7,7 +7,7 @@ from sqlalchemy import func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core import audit_chain
-from service.db.schema import audit
+from service.db.schema import audit, audit_anchor
 
 
 async def append(conn: AsyncConnection, entries: Sequence[dict[str, Any]]) -> None:
@@ -42,8 +42,22 @@ async def recent(
 SEAL_LOCK_KEY = 0x6265727400000002  # serialises sealers if two leaders briefly overlap
 
 
-async def seal_batch(conn: AsyncConnection, *, limit: int = 2000) -> int:
-    """Give the oldest unsealed entries their seq and chained hash; returns how many."""
+async def anchor(conn: AsyncConnection) -> tuple[int, bytes] | None:
+    """(keyed_from, mac) when the keyed chain has begun; None before its first keyed seal."""
+    row = (
+        await conn.execute(select(audit_anchor.c.keyed_from, audit_anchor.c.mac).limit(1))
+    ).one_or_none()
+    return (row.keyed_from, row.mac) if row else None
+
+
+async def seal_batch(
+    conn: AsyncConnection, *, key: bytes, limit: int = 2000
+) -> tuple[int, int, bytes]:
+    """Give the oldest unsealed entries their seq and keyed chained hash.
+
+    Returns (how many, the head's seq, the head's hash). The anchor is written first when it is
+    missing, in the same transaction, so the keyed part of the chain never begins without one.
+    """
     await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SEAL_LOCK_KEY})
     head = (
         await conn.execute(
@@ -54,6 +68,15 @@ async def seal_batch(conn: AsyncConnection, *, limit: int = 2000) -> int:
         )
     ).one_or_none()
     seq, previous = (head.seq, head.hash) if head else (0, audit_chain.GENESIS)
+    if await anchor(conn) is None:
+        # Written on the first pass of a keyed server, whether or not anything waits to be
+        # sealed: from here on every entry is keyed, and `audit verify` refuses a chain with
+        # sealed entries and no anchor (deleting it cannot pass the chain off as plain).
+        await conn.execute(
+            insert(audit_anchor).values(
+                id=1, keyed_from=seq + 1, mac=audit_chain.anchor_mac(key, seq + 1)
+            )
+        )
     rows = (
         await conn.execute(
             select(*(audit.c[f] for f in audit_chain.FIELDS))
@@ -64,11 +87,11 @@ async def seal_batch(conn: AsyncConnection, *, limit: int = 2000) -> int:
         )
     ).all()
     if not rows:
-        return 0
+        return 0, seq, previous
     ids, seqs, hashes = [], [], []
     for row in rows:
         seq += 1
-        previous = audit_chain.link(previous, seq, dict(row._mapping))
+        previous = audit_chain.link(previous, seq, dict(row._mapping), key)
         ids.append(row.id)
         seqs.append(seq)
         hashes.append(previous)
@@ -83,7 +106,20 @@ async def seal_batch(conn: AsyncConnection, *, limit: int = 2000) -> int:
         ),
         {"ids": ids, "seqs": seqs, "hashes": hashes},
     )
-    return len(rows)
+    return len(rows), seq, previous
+
+
+async def head(conn: AsyncConnection) -> tuple[int, bytes] | None:
+    """The newest sealed entry's (seq, hash)."""
+    row = (
+        await conn.execute(
+            select(audit.c.seq, audit.c.hash)
+            .where(audit.c.seq.isnot(None))
+            .order_by(audit.c.seq.desc())
+            .limit(1)
+        )
+    ).one_or_none()
+    return (row.seq, row.hash) if row else None
 
 
 async def sealed(conn: AsyncConnection, *, after_seq: int, limit: int) -> list[dict[str, Any]]:

@@ -57,17 +57,20 @@ async def candidates(
     pools: Sequence[str],
     per_tenant: int,
     limit: int,
+    tenants: Sequence[str] | None = None,
 ) -> list[JobWant]:
     """Queued jobs in fairness order: fewest running per tenant, then priority, then age.
 
     The k-th queued job of a tenant ranks as if its tenant already ran k-1 more jobs, so one
     pass hands slots out round-robin over tenants, weighted by what each already runs.
+    `tenants`: only these (every free worker is a tenant's own machine); None: every tenant.
     """
     rows = await conn.execute(
         text(
             """
             WITH t AS (
                 SELECT DISTINCT tenant FROM jobs WHERE state = 'queued'
+                  AND (CAST(:tenants AS text[]) IS NULL OR tenant = ANY(CAST(:tenants AS text[])))
             ), running AS (
                 SELECT tenant, count(*) AS n FROM jobs
                 WHERE state IN ('leased', 'running') GROUP BY tenant
@@ -87,7 +90,13 @@ async def candidates(
             LIMIT :limit
             """
         ),
-        {"kinds": list(kinds), "pools": list(pools), "per_tenant": per_tenant, "limit": limit},
+        {
+            "kinds": list(kinds),
+            "pools": list(pools),
+            "per_tenant": per_tenant,
+            "limit": limit,
+            "tenants": None if tenants is None else list(tenants),
+        },
     )
     return [JobWant.of(r) for r in rows]
 

@@ -35,9 +35,12 @@ async def start_many(conn: AsyncConnection, items: Sequence[tuple[int, int, str]
 
 
 async def output_many(
-    conn: AsyncConnection, items: Sequence[tuple[int, int, str, str, str]]
+    conn: AsyncConnection, items: Sequence[tuple[int, int, str, int, str, bytes]]
 ) -> set[Key]:
-    """Keep output (job, epoch, worker, stream, data) in order, live leases only."""
+    """Keep output (job, epoch, worker, seq, stream, data) in order, live leases only.
+
+    A chunk already kept (a resend after a reconnect) is kept once: (job, epoch, seq) is unique.
+    """
     if not items:
         return set()
     rows = await conn.execute(
@@ -45,20 +48,59 @@ async def output_many(
             """
             WITH v AS (
                 SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]),
-                                     CAST(:workers AS uuid[]), CAST(:streams AS text[]),
-                                     CAST(:datas AS text[]))
-                    WITH ORDINALITY AS v(job, epoch, worker, stream, data, n)
+                                     CAST(:workers AS uuid[]), CAST(:seqs AS bigint[]),
+                                     CAST(:streams AS text[]), CAST(:datas AS bytea[]))
+                    WITH ORDINALITY AS v(job, epoch, worker, seq, stream, data, n)
             ), ok AS (
                 SELECT v.* FROM v JOIN leases l ON l.job_id = v.job AND l.epoch = v.epoch
                     AND l.worker_id = v.worker AND l.state = 'live'
             ), ins AS (
-                INSERT INTO job_output (job_id, epoch, stream, data)
-                SELECT job, epoch, stream, data FROM ok ORDER BY n
+                INSERT INTO job_output (job_id, epoch, seq, stream, data)
+                SELECT job, epoch, seq, stream, data FROM ok ORDER BY n
+                ON CONFLICT (job_id, epoch, seq) DO NOTHING
             )
             SELECT DISTINCT job, epoch FROM ok
             """
         ),
-        _columns(items, "jobs", "epochs", "workers", "streams", "datas"),
+        _columns(items, "jobs", "epochs", "workers", "seqs", "streams", "datas"),
+    )
+    return {(r[0], r[1]) for r in rows}
+
+
+async def give_back_many(conn: AsyncConnection, items: Sequence[tuple[int, int, str]]) -> set[Key]:
+    """Leases (job, epoch, worker) whose copy the worker stopped itself: expire, re-queue now.
+
+    Like silence's stage 2, but at once: the worker says the copy is dead. A job whose attempts
+    are spent fails with "worker lost". Returns the pairs that were still live.
+    """
+    if not items:
+        return set()
+    rows = await conn.execute(
+        text(
+            """
+            WITH l AS (
+                UPDATE leases SET state = 'expired', ended_at = now()
+                FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]),
+                            CAST(:workers AS uuid[])) AS v(job, epoch, worker)
+                WHERE leases.job_id = v.job AND leases.epoch = v.epoch
+                  AND leases.worker_id = v.worker AND leases.state = 'live'
+                RETURNING leases.job_id, leases.epoch
+            ), j AS (
+                UPDATE jobs SET
+                    state = CASE WHEN jobs.attempt >= jobs.max_attempts THEN 'failed'
+                            ELSE 'queued' END,
+                    error = CASE WHEN jobs.attempt >= jobs.max_attempts
+                            THEN 'worker lost' ELSE jobs.error END,
+                    finished_at = CASE WHEN jobs.attempt >= jobs.max_attempts THEN now() END,
+                    worker = CASE WHEN jobs.attempt >= jobs.max_attempts THEN jobs.worker END
+                FROM l WHERE jobs.id = l.job_id AND jobs.attempt = l.epoch
+                  AND jobs.state IN ('leased', 'running')
+                RETURNING jobs.id
+            )
+            SELECT job_id, epoch FROM l
+            """
+        ),
+        _columns(items, "jobs", "epochs", "workers"),
     )
     return {(r[0], r[1]) for r in rows}
 

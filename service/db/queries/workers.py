@@ -13,7 +13,8 @@ from service.db.records import WorkerRecord
 WORKERS_CHANNEL = "berth_workers_v1"
 
 _COLUMNS = """
-    SELECT id::text AS id, name, pool, state, liveness, instance, server_id, labels, parallel,
+    SELECT id::text AS id, name, pool, state, liveness, instance, server_id, labels, tenants,
+           parallel,
            host, python, env_digest, version, attached_at, last_seen_at,
            extract(epoch FROM clock_timestamp() - last_seen_at)::float8 AS seen_seconds_ago
 """
@@ -28,6 +29,7 @@ async def attach(
     instance: str,
     server_id: str,
     labels: Sequence[str],
+    tenants: Sequence[str],
     parallel: int,
     host: dict[str, Any],
     python: str,
@@ -40,14 +42,16 @@ async def attach(
             text(
                 """
                 WITH prev AS (SELECT instance FROM workers WHERE name = :name FOR UPDATE)
-                INSERT INTO workers AS w (id, name, pool, instance, server_id, labels, parallel,
-                    host, python, env_digest, version, liveness, attached_at, last_seen_at)
-                VALUES (:id, :name, :pool, :instance, :server, :labels, :parallel,
+                INSERT INTO workers AS w (id, name, pool, instance, server_id, labels, tenants,
+                    parallel, host, python, env_digest, version, liveness, attached_at,
+                    last_seen_at)
+                VALUES (:id, :name, :pool, :instance, :server, :labels, :tenants, :parallel,
                     CAST(:host AS jsonb), :python, :env_digest, :version, 'ok',
                     clock_timestamp(), clock_timestamp())
                 ON CONFLICT (name) DO UPDATE SET pool = EXCLUDED.pool,
                     instance = EXCLUDED.instance, server_id = EXCLUDED.server_id,
-                    labels = EXCLUDED.labels, parallel = EXCLUDED.parallel, host = EXCLUDED.host,
+                    labels = EXCLUDED.labels, tenants = EXCLUDED.tenants,
+                    parallel = EXCLUDED.parallel, host = EXCLUDED.host,
                     python = EXCLUDED.python, env_digest = EXCLUDED.env_digest,
                     version = EXCLUDED.version, liveness = 'ok',
                     attached_at = clock_timestamp(), last_seen_at = clock_timestamp()
@@ -61,6 +65,7 @@ async def attach(
                 "instance": instance,
                 "server": server_id,
                 "labels": list(labels),
+                "tenants": sorted(tenants),
                 "parallel": parallel,
                 "host": json.dumps(host),
                 "python": python,

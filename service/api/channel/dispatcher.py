@@ -1,0 +1,96 @@
+"""This server's dispatcher: passes that lease queued jobs to the workers attached here.
+
+Poked by NOTIFY (a job was queued anywhere), by a freed slot or a new worker here; otherwise a
+fallback pass runs every `dispatch_fallback_seconds` (host samples move thresholds without any
+event). One frame per worker per pass, however many leases it got.
+"""
+
+import asyncio
+import contextlib
+
+import structlog
+
+from service import protocol
+from service.api.channel.session import Sessions
+from service.api.runtime import Runtime
+from service.core.errors import BerthError, Unavailable
+from service.db.records import JobRecord
+from service.domain import dispatch, leasing, secrets
+
+log = structlog.get_logger(__name__)
+
+
+class Dispatcher:
+    def __init__(self, rt: Runtime, sessions: Sessions) -> None:
+        self.rt = rt
+        self.sessions = sessions
+        self._poke = asyncio.Event()
+
+    def poke(self) -> None:
+        self._poke.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._poke.wait(), timeout=self.rt.config.executor.dispatch_fallback_seconds
+                )
+            self._poke.clear()
+            if stop.is_set():
+                return
+            try:
+                done = await dispatch.run_pass(self.rt.db, self.sessions.ids(), self.rt.pools)
+            except Unavailable as exc:  # the database is restarting: try again shortly
+                log.warning("dispatch_pass_failed", error=exc.message)
+                await asyncio.sleep(0.5)
+                self.poke()
+                continue
+            by_worker: dict[str, list[JobRecord]] = {}
+            for worker_id, job in done.grants:
+                by_worker.setdefault(worker_id, []).append(job)
+            for worker_id, jobs in by_worker.items():
+                await self._send_leases(worker_id, jobs)
+            if done.grants:
+                self.poke()  # slots may remain and more jobs wait: go again at once
+            elif done.contended:  # another server held our picks: let it commit, then retry
+                await asyncio.sleep(0.01)
+                self.poke()
+
+    async def _send_leases(self, worker_id: str, jobs: list[JobRecord]) -> None:
+        leases = [lease for job in jobs if (lease := await self._lease(job)) is not None]
+        session = self.sessions.get(worker_id)
+        if not leases:
+            return
+        frame: protocol.Frame = (
+            leases[0] if len(leases) == 1 else protocol.Leases(leases=tuple(leases))
+        )
+        # A lease that does not reach its worker (the socket just closed) is freed when the
+        # worker attaches again without it, or by the silence window.
+        sent = session is not None and session.send(frame)
+        for lease in leases:
+            log.debug(
+                "lease_granted", job=lease.job, epoch=lease.epoch, worker_id=worker_id, sent=sent
+            )
+
+    async def _lease(self, job: JobRecord) -> protocol.Lease | None:
+        values: dict[str, str] = {}
+        if job.secrets:
+            try:
+                values = await secrets.for_lease(
+                    self.rt.db, self.rt.secret_key, tenant=job.tenant, wanted=job.secrets
+                )
+            except BerthError as exc:  # a secret removed since submit, or another server's key
+                log.warning("lease_refused_secret", job=job.id, reason=exc.message)
+                await leasing.fail_lease(self.rt.db, job, f"cannot start: {exc.message}")
+                return None
+        return protocol.Lease(
+            job=job.id,
+            epoch=job.attempt,
+            kind=job.kind,
+            tenant=job.tenant,
+            command=tuple(job.command),
+            python=job.python,
+            env=dict(job.env),
+            secrets=values,
+            timeout_seconds=job.timeout_seconds,
+        )

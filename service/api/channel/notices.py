@@ -1,0 +1,65 @@
+"""What other servers tell this one about workers (NOTIFY on berth_workers_v1).
+
+Whoever holds a worker's socket acts: cancel a job's copy, make a worker whose token was revoked
+leave, tell a drained worker that holds nothing to exit. Every server drops a revoked token
+from its cache of callers.
+"""
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+
+import structlog
+
+from service import protocol
+from service.api.channel.session import Session, Sessions
+from service.api.runtime import Runtime
+from service.core.errors import BerthError
+from service.core.states import WorkerState
+from service.domain import leasing
+
+log = structlog.get_logger(__name__)
+
+
+class Notices:
+    def __init__(self, rt: Runtime, sessions: Sessions, poke: Callable[[], None]) -> None:
+        self.rt = rt
+        self.sessions = sessions
+        self.poke = poke
+
+    async def on_worker_notice(self, payload: str) -> None:
+        try:
+            notice = json.loads(payload)
+            name = str(notice["worker"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("bad_worker_notice", payload=payload[:200])
+            return
+        op = notice.get("op")
+        if op == "revoke":
+            self.rt.forget_caller(name)
+        session = self.sessions.by_name(name)
+        if session is None:
+            return
+        if op == "cancel":
+            session.send(protocol.Cancel(job=int(notice["job"]), epoch=int(notice["epoch"])))
+            self.poke()
+        elif op == "revoke":
+            log.warning("worker_token_revoked", worker=session.worker.name)
+            session.send(protocol.Exit(reason="its token was revoked", code=3))
+            await session.close(4003, "token revoked")
+        elif op == "state":
+            state = WorkerState(notice["state"])
+            session.worker = replace(session.worker, state=str(state))
+            await self.exit_if_drained(session)
+            self.poke()
+
+    async def exit_if_drained(self, session: Session) -> None:
+        """A draining worker that holds nothing is told to exit (0: it did what was asked)."""
+        if session.worker.state != WorkerState.DRAINING:
+            return
+        try:
+            empty = await leasing.holds_nothing(self.rt.db, session.worker.id)
+        except BerthError:
+            return
+        if empty:
+            session.send(protocol.Exit(reason="drained", code=0))

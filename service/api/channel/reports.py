@@ -1,0 +1,67 @@
+"""Reports from the workers attached here: batched, applied, then answered.
+
+`received(upto)` goes to each worker only after its reports committed (or were refused as
+stale), so a worker drops a report only once it is safe in Postgres. A batch the database
+cannot take right now is kept, with newer reports appended, and tried again: nothing is
+dropped, and the workers keep their copies until they hear `received`.
+"""
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from service import protocol
+from service.api.channel.session import Session
+from service.api.runtime import Runtime
+from service.core.errors import Unavailable
+from service.domain import reports
+
+log = structlog.get_logger(__name__)
+
+
+class ReportBatcher:
+    def __init__(self, rt: Runtime, on_freed: Callable[[list[Session]], Awaitable[None]]) -> None:
+        self.rt = rt
+        self._on_freed = on_freed
+        self._batch = reports.Reports()
+        self._upto: dict[str, tuple[Session, int]] = {}  # worker id -> (session, highest seq)
+        self._ready = asyncio.Event()
+
+    def add(self, session: Session, report: protocol.Report) -> None:
+        self._batch.add(session.worker, report)
+        _, upto = self._upto.get(session.worker.id, (session, 0))
+        self._upto[session.worker.id] = (session, max(upto, report.seq))
+        self._ready.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), timeout=1.0)
+            self._ready.clear()
+            if not len(self._batch):
+                continue
+            batch, self._batch = self._batch, reports.Reports()
+            upto, self._upto = self._upto, {}
+            try:
+                verdicts = await reports.apply(self.rt.db, batch)
+            except Unavailable as exc:  # keep it all, newer reports after it, and try again
+                log.warning("reports_not_written", error=exc.message, count=len(batch))
+                batch.extend(self._batch)
+                self._batch = batch
+                for wid, (session, seq) in self._upto.items():
+                    upto[wid] = (session, max(seq, upto.get(wid, (session, 0))[1]))
+                self._upto = upto
+                await asyncio.sleep(0.2)
+                self._ready.set()
+                continue
+            by_id = {wid: session for wid, (session, _) in upto.items()}
+            for worker_id, job, epoch in verdicts.stale:
+                if s := by_id.get(worker_id):
+                    s.send(protocol.Stale(job=job, epoch=epoch))
+            for session, seq in upto.values():
+                session.send(protocol.Received(upto=seq))
+            if verdicts.requeued:
+                finished = {w.id for w, _ in batch.finished} | {w.id for w, _ in batch.gave_back}
+                await self._on_freed([by_id[w] for w in finished if w in by_id])

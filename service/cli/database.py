@@ -1,0 +1,34 @@
+"""The database an ops command works on, directly: no server, no credential but its own.
+
+`[database] url` (or BERTH_DATABASE_URL) when set; otherwise the embedded Postgres under
+$BERTH_HOME, started for the command when no server holds it (and stopped after it, unless a
+server is using it).
+"""
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from service.cli.client import CliError
+
+
+@contextlib.contextmanager
+def ops_url(config_path: Path | None) -> Iterator[str]:
+    from service import config  # noqa: PLC0415  (server-side imports stay lazy)
+    from service.db.embedded import Embedded  # noqa: PLC0415
+
+    cfg = config.load(config_path)
+    if cfg.database.url:
+        yield cfg.database.url
+        return
+    home = config.home()
+    if not (home / "postgres" / "PG_VERSION").exists():
+        raise CliError(
+            f"no database: neither [database] url / BERTH_DATABASE_URL nor an embedded Postgres "
+            f"under {home} (run `berth serve` once to make it)"
+        )
+    embedded = Embedded(home)
+    try:
+        yield embedded.url
+    finally:
+        embedded.stop()

@@ -1,0 +1,168 @@
+"""Workers' reports (started, output, finished, gave_back), applied in batches, never lost.
+
+Every report is fenced: it counts only while (job, epoch, worker) is the live lease; a report
+refused as stale tells the worker to kill that copy. A batch is one transaction. When the
+database refuses the batch for a reason other than being away (a report it cannot store), the
+batch is applied again one report per transaction, so the bad report costs only itself: it is
+logged, and a result that cannot be stored still ends its job (failed, with the reason).
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service import protocol
+from service.core.errors import Unavailable
+from service.db.engine import Database
+from service.db.queries import jobs as jobs_q
+from service.db.queries import reports as reports_q
+from service.db.records import WorkerRecord
+
+log = structlog.get_logger(__name__)
+
+MAX_ERROR = 2000
+
+
+def clean_text(value: str, limit: int = MAX_ERROR) -> str:
+    """Free text a worker sent, made storable: Postgres text holds no NUL; cut to `limit`."""
+    return value.replace("\x00", "\ufffd")[:limit]
+
+
+@dataclass
+class Reports:
+    """What one flush collected from the workers attached here, in arrival order per kind."""
+
+    started: list[tuple[WorkerRecord, protocol.Started]] = field(default_factory=list)
+    output: list[tuple[WorkerRecord, protocol.Output]] = field(default_factory=list)
+    finished: list[tuple[WorkerRecord, protocol.Finished]] = field(default_factory=list)
+    gave_back: list[tuple[WorkerRecord, protocol.GaveBack]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.started) + len(self.output) + len(self.finished) + len(self.gave_back)
+
+    def add(self, worker: WorkerRecord, report: protocol.Report) -> None:
+        match report:
+            case protocol.Started():
+                self.started.append((worker, report))
+            case protocol.Output():
+                self.output.append((worker, report))
+            case protocol.Finished():
+                self.finished.append((worker, report))
+            case protocol.GaveBack():
+                self.gave_back.append((worker, report))
+
+    def extend(self, other: "Reports") -> None:
+        """Append `other` after these (a batch kept for retry, then newer reports)."""
+        self.started += other.started
+        self.output += other.output
+        self.finished += other.finished
+        self.gave_back += other.gave_back
+
+    def singles(self) -> Iterator["Reports"]:
+        """Each report as a batch of its own, kinds in the order a batch applies them."""
+        for kind in ("started", "output", "finished", "gave_back"):
+            for item in getattr(self, kind):
+                one = Reports()
+                getattr(one, kind).append(item)
+                yield one
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    stale: set[tuple[str, int, int]] = field(default_factory=set)  # (worker id, job, epoch)
+    requeued: int = 0  # jobs whose lease ended here: slots freed, jobs back in the queue
+
+    def merge(self, other: "Verdicts") -> "Verdicts":
+        return Verdicts(self.stale | other.stale, self.requeued + other.requeued)
+
+
+async def apply(db: Database, batch: Reports) -> Verdicts:
+    """Apply a batch; raise Unavailable (keep the batch, retry) when the database is away."""
+    try:
+        async with db.begin() as conn:
+            return await _apply(conn, batch)
+    except Unavailable:
+        raise
+    except Exception as exc:  # a report the database refuses: isolate it, keep the rest
+        log.warning("report_batch_refused", error=repr(exc), reports=len(batch))
+    verdicts = Verdicts()
+    for one in batch.singles():
+        try:
+            async with db.begin() as conn:
+                verdicts = verdicts.merge(await _apply(conn, one))
+        except Unavailable:
+            raise  # what was applied stays; a retry applies it again harmlessly
+        except Exception as exc:
+            verdicts = verdicts.merge(await _reject(db, one, exc))
+    return verdicts
+
+
+async def _reject(db: Database, one: Reports, exc: Exception) -> Verdicts:
+    """A report the database refused on its own: log it; a result still ends its job."""
+    log.error("report_refused", error=repr(exc), report=_describe(one))
+    if not one.finished:
+        return Verdicts()
+    worker, f = one.finished[0]
+    stand_in = protocol.Finished(
+        seq=f.seq,
+        job=f.job,
+        epoch=f.epoch,
+        state="failed",
+        exit_code=f.exit_code,
+        error="the worker's result could not be stored; see the server log",
+    )
+    async with db.begin() as conn:
+        return await _apply(conn, Reports(finished=[(worker, stand_in)]))
+
+
+def _describe(one: Reports) -> str:
+    for kind in ("started", "output", "finished", "gave_back"):
+        for worker, report in getattr(one, kind):
+            return f"{kind} job {report.job} epoch {report.epoch} from {worker.name}"
+    return "nothing"
+
+
+async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
+    ending = {(f.job, f.epoch) for _, f in batch.finished}
+    # A job that also finishes in this flush skips 'running': finish sets started_at itself.
+    started = await reports_q.start_many(
+        conn, [(f.job, f.epoch, w.id) for w, f in batch.started if (f.job, f.epoch) not in ending]
+    )
+    output = await reports_q.output_many(
+        conn, [(o.job, o.epoch, w.id, o.seq, o.stream, o.data) for w, o in batch.output]
+    )
+    finished = await reports_q.finish_many(
+        conn,
+        [
+            (f.job, f.epoch, w.id, w.name, f.state, f.exit_code, clean_text(f.error))
+            for w, f in batch.finished
+        ],
+    )
+    refused = [
+        (f.job, f.epoch, w.id) for w, f in batch.finished if (f.job, f.epoch) not in finished
+    ]
+    resent = await reports_q.already_finished(conn, refused)
+    given = await reports_q.give_back_many(
+        conn, [(g.job, g.epoch, w.id) for w, g in batch.gave_back]
+    )
+    if given:
+        await jobs_q.notify_jobs(conn)
+    stale: set[tuple[str, int, int]] = set()
+    for w, s in batch.started:
+        key = (s.job, s.epoch)
+        if key not in started and (key not in ending or key not in finished):
+            stale.add((w.id, s.job, s.epoch))
+    for w, o in batch.output:
+        if (o.job, o.epoch) not in output:
+            stale.add((w.id, o.job, o.epoch))
+    for w, f in batch.finished:
+        if (f.job, f.epoch) not in finished and (f.job, f.epoch) not in resent:
+            stale.add((w.id, f.job, f.epoch))
+    for worker_id, job, epoch in stale:
+        log.warning("report_refused_stale_epoch", worker_id=worker_id, job=job, epoch=epoch)
+    for _, g in batch.gave_back:
+        if (g.job, g.epoch) in given:
+            log.info("lease_given_back", job=g.job, epoch=g.epoch, reason=g.reason)
+    return Verdicts(stale=stale, requeued=len(finished) + len(given))

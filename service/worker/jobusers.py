@@ -1,0 +1,194 @@
+"""Which user a job runs as (SPEC section 4).
+
+A worker started as root runs each job under a uid of its own from `--uid-range`, so a job can
+read neither the worker's state nor another running job's files or `/proc/<pid>/environ`. A uid
+is held by one job at a time on the whole host: an exclusive flock on a file per uid, under a
+root-only folder, so two workers on one machine never hand out the same uid. Before a uid is
+handed out, and again when its job ends, every process running under it is killed: a job that
+left a process behind (even one that escaped its process group with setsid) cannot watch the
+next job of that uid.
+
+`--run-as USER` runs every job as one fixed user (no isolation between jobs). A worker that is
+not root runs jobs as its own user: nothing separates them from the worker.
+"""
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import pwd
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+DEFAULT_RANGE = (61000, 61999)
+
+
+class NoFreeUid(Exception):
+    """Every uid of the range is held by a running job."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobUser:
+    uid: int
+    gid: int
+    name: str  # $USER for the job
+    isolated: bool  # a uid of its own: kill every process of it when the job ends
+
+
+def name_of(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"berth-{uid}"
+
+
+class Users:
+    """Hands out the user each job runs as, and takes it back when the job ends."""
+
+    def __init__(
+        self,
+        *,
+        uid_range: tuple[int, int] | None = DEFAULT_RANGE,
+        run_as: str = "",
+        lock_dir: Path | None = None,
+    ) -> None:
+        self.root = os.geteuid() == 0
+        self._fixed: JobUser | None = None
+        self._locks: dict[int, int] = {}  # uid -> fd holding its flock
+        self._order: list[int] = []
+        if not self.root:
+            uid = os.geteuid()
+            self._fixed = JobUser(uid, os.getegid(), name_of(uid), isolated=False)
+        elif run_as:
+            entry = pwd.getpwnam(run_as)
+            self._fixed = JobUser(entry.pw_uid, entry.pw_gid, entry.pw_name, isolated=False)
+        else:
+            lo, hi = uid_range or DEFAULT_RANGE
+            self._order = list(range(lo, hi + 1))
+            self._lock_dir = lock_dir or default_lock_dir()
+
+    @property
+    def mode(self) -> str:
+        """How jobs run, for the log and `--help`: per-job uids, one user, or the worker's."""
+        if self._fixed is None:
+            return f"a uid of its own per job ({self._order[0]}-{self._order[-1]})"
+        if self.root:
+            return f"user {self._fixed.name} for every job"
+        return f"the worker's own user ({self._fixed.name}): jobs can read the worker's files"
+
+    async def acquire(self) -> JobUser:
+        if self._fixed is not None:
+            return self._fixed
+        for uid in list(self._order):
+            fd = os.open(self._lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self._locks[uid] = fd
+            # Least recently used first next time: a uid's leftovers (files in /tmp) meet the
+            # next job of that uid as late as possible.
+            self._order.remove(uid)
+            self._order.append(uid)
+            await kill_all(uid)  # a clean slate: nothing of an earlier job still runs as it
+            return JobUser(uid, uid, name_of(uid), isolated=True)
+        raise NoFreeUid("every uid of --uid-range is in use by a running job")
+
+    async def release(self, user: JobUser) -> None:
+        if not user.isolated:
+            return
+        await kill_all(user.uid)
+        fd = self._locks.pop(user.uid, None)
+        if fd is not None:
+            os.close(fd)  # closing drops the flock
+
+    async def sweep(self) -> int:
+        """At start: kill processes of range uids no worker holds (left by a dead worker)."""
+        if self._fixed is not None:
+            return 0
+        lo, hi = min(self._order), max(self._order)
+        found = {uid for uid in await asyncio.to_thread(list, _uids()) if lo <= uid <= hi}
+        killed = 0
+        for uid in sorted(found):
+            fd = os.open(self._lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a running job of another worker on this host
+            else:
+                await kill_all(uid)
+                killed += 1
+            finally:
+                os.close(fd)
+        return killed
+
+
+def default_lock_dir() -> Path:
+    """A root-only folder for the uid locks, shared by every worker on the host."""
+    base = Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
+    path = base / "berth-uids"
+    path.mkdir(mode=0o700, exist_ok=True)
+    st = path.lstat()
+    if st.st_uid != 0 or st.st_mode & 0o077 or not path.is_dir() or path.is_symlink():
+        raise PermissionError(f"{path} must be a folder owned by root with mode 0700")
+    return path
+
+
+def _uids() -> Iterable[int]:
+    """The real uid of every live process.
+
+    A zombie is dead already (only its parent's wait() is missing); a process that ends while
+    we look is skipped.
+    """
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.status() != psutil.STATUS_ZOMBIE:
+                yield p.uids().real
+
+
+def become(uid: int, gid: int) -> Callable[[], None]:
+    """A child-side step that drops to `uid`/`gid` with no supplementary groups.
+
+    preexec_fn rather than subprocess's user=/group=: uvloop (the server's loop, which runs the
+    built-in worker) supports only this. Three system calls, no locks taken, in the child.
+    """
+
+    def drop() -> None:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+
+    return drop
+
+
+def _runs_as(uid: int) -> bool:
+    return uid in set(_uids())
+
+
+async def kill_all(uid: int, attempts: int = 5) -> None:
+    """Kill every process running as `uid`.
+
+    kill(-1) sent by a process of that uid reaches exactly the processes of that uid (and not
+    the sender), in one system call: a job forking as fast as it can is caught whole.
+    """
+    for _ in range(attempts):
+        # The common case: the job left nothing behind. The scan reads /proc: off the loop.
+        if not await asyncio.to_thread(_runs_as, uid):
+            return
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            "kill -KILL -1 2>/dev/null; exit 0",
+            preexec_fn=become(uid, uid),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+        )
+        await proc.wait()

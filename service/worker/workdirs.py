@@ -1,0 +1,59 @@
+"""Where jobs' working directories live: outside the worker's (and the server's) home.
+
+The worker's home holds its credential and state and is 0700, so a job running as another uid
+could not even reach a folder inside it. Jobs' folders live under a work root instead, which
+is 0711 (anyone may pass through to their own folder, nobody may list the others) and owned by
+the worker's user; each job's folder in it is 0700 and owned by the job's user. The work root
+is per worker (named by a digest of its home), and a worker starting up empties it: folders
+left there by a worker that was killed belong to jobs that are dead.
+"""
+
+import contextlib
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+
+class UnsafeWorkDir(Exception):
+    """The work root exists but someone else could tamper with it."""
+
+
+def default_parent() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/tmp/berth-work")  # noqa: S108  (checked to be ours: _own_dir)
+    return Path(tempfile.gettempdir()) / f"berth-work-{os.geteuid()}"
+
+
+def prepare(home: Path, parent: Path | None = None) -> Path:
+    """This worker's work root, made safe and empty; raise UnsafeWorkDir when it is not ours."""
+    parent = parent or default_parent()
+    _own_dir(parent)
+    root = parent / hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:16]
+    _own_dir(root)
+    for leftover in root.iterdir():
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+    return root
+
+
+def _own_dir(path: Path) -> None:
+    """Make `path` (0711, ours) or check that an existing one is ours and not writable by others.
+
+    /var/tmp and /tmp are writable by everyone: a folder someone else made first (or a symlink
+    planted there) would let them swap a job's folder under it.
+    """
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o711)
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise UnsafeWorkDir(
+            f"{path} is not a folder of this user that only it may write to; "
+            "remove it or give the worker another --work-dir"
+        )
+    # Pass-through only: a job reaches its own folder, and lists nobody's.
+    os.chmod(path, 0o711)  # noqa: PTH101, S103  (lstat-checked above: not a symlink)
