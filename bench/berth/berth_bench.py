@@ -496,7 +496,8 @@ def fleet(args: argparse.Namespace, started_at: float) -> dict[str, Any]:
     n = args.workers
     common.raise_fd_limit(max(4096, 2 * n + 1024))  # the server inherits it
     config = {
-        "executor": {"heartbeat_seconds": args.heartbeat},
+        # The kill grace must fit inside two heartbeats (config check); no job runs here.
+        "executor": {"heartbeat_seconds": args.heartbeat, "kill_grace_seconds": args.heartbeat},
         "pools": {"sim": {"slots": {"default": 1}}},
     }
     server = BerthServer(f"fleet-{n}", config)
@@ -626,7 +627,7 @@ def failover(args: argparse.Namespace) -> dict[str, Any]:
         "heartbeat_seconds": args.heartbeat,
         "unreachable_seconds": args.unreachable,
         "evict_seconds": args.evict,
-        "kill_grace_seconds": 1.0,
+        "kill_grace_seconds": min(1.0, args.heartbeat),
         "loop_seconds": args.loop,
     }
     server = BerthServer(

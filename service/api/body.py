@@ -23,9 +23,6 @@ Kind = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=NAME)]
 Label = Annotated[
     str, msgspec.Meta(min_length=1, max_length=256, pattern=r"\A[^,\x00-\x1f\x7f]+\Z")
 ]
-EnvName = Annotated[
-    str, msgspec.Meta(min_length=1, max_length=256, pattern=r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
-]
 Arg = Annotated[str, msgspec.Meta(max_length=128 * 1024, pattern=NO_NUL)]
 Source = Annotated[str, msgspec.Meta(max_length=4 * 1024 * 1024, pattern=NO_NUL)]
 Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]

@@ -8,6 +8,8 @@ class Kind(enum.StrEnum):
     HUMAN = "human"
     SERVICE = "service"
     WORKER = "worker"
+    JOB = "job"  # a job's call, relayed by its worker while its lease is live
+    OPS = "ops"  # a break-glass command on the database, signed with the OS user
 
 
 class Role(enum.StrEnum):
@@ -25,6 +27,7 @@ class Caller:
     name: str
     role: Role
     tenants: frozenset[str]
+    credential: str = ""  # the berth token it presented (its name), when it presented one
 
     def __str__(self) -> str:  # how writes are signed, e.g. "service:ci-pipeline"
         return f"{self.kind}:{self.name}"

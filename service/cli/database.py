@@ -14,9 +14,12 @@ from service.cli.client import CliError
 
 @contextlib.contextmanager
 def ops_url(config_path: Path | None) -> Iterator[str]:
-    from service import config  # noqa: PLC0415  (server-side imports stay lazy)
+    from service import config, log  # noqa: PLC0415  (server-side imports stay lazy)
     from service.db.embedded import Embedded  # noqa: PLC0415
 
+    # stdout is the command's answer (a token, a revision): the server's log lines go to
+    # stderr, and only when they matter.
+    log.configure("warning")
     cfg = config.load(config_path)
     if cfg.database.url:
         yield cfg.database.url

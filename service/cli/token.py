@@ -1,6 +1,7 @@
 """`berth token create | list | revoke`."""
 
 import argparse
+import sys
 from typing import Any
 
 from service.cli.client import Client, add_server_arg, listing, print_json
@@ -27,6 +28,11 @@ def add(sub: Any) -> None:  # noqa: ANN401
     r = tsub.add_parser("revoke", help="revoke a token; a worker using it exits")
     add_server_arg(r)
     r.add_argument("name")
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="also the token you are using, or the last live admin token",
+    )
     r.set_defaults(func=revoke)
 
 
@@ -76,9 +82,17 @@ def list_tokens(args: argparse.Namespace) -> int:
 
 
 def revoke(args: argparse.Namespace) -> int:
-    out = Client(args.server).call("DELETE", f"/api/v1/tokens/{args.name}")
+    params = {"force": "true"} if args.force else {}
+    out = Client(args.server).call("DELETE", f"/api/v1/tokens/{args.name}", **params)
     if args.json:
         print_json(out)
-    else:
-        print(f"revoked {out['name']}")
+        return 0
+    print(f"revoked {out['name']}")
+    if out.get("yours"):
+        print(
+            f"{out['name']} was the token this command used: it no longer works. "
+            "Use another token, or mint a new admin token on the database's host with "
+            "`berth db admin-token NAME`.",
+            file=sys.stderr,
+        )
     return 0

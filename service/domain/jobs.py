@@ -19,7 +19,7 @@ from service.domain import audit, secrets
 from service.domain.fleet import worker_views
 from service.domain.tokens import DEFAULT_TENANT, check_name
 
-ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_KEY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,255}\Z")
 MAX_BATCH = 5000
 
 

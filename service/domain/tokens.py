@@ -5,7 +5,7 @@ import re
 from service.auth import minting
 from service.auth import tokens as tokens_auth
 from service.auth.callers import Caller, Kind, Role
-from service.core.errors import Invalid, NotFound, Unauthenticated
+from service.core.errors import Conflict, Forbidden, Invalid, NotFound, Unauthenticated
 from service.core.states import TokenKind
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
@@ -14,7 +14,7 @@ from service.db.queries import workers as workers_q
 from service.db.records import TokenRecord
 from service.domain import audit
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 DEFAULT_TENANT = "default"
 
 
@@ -76,11 +76,37 @@ async def list_visible(db: Database, caller: Caller) -> list[TokenRecord]:
     return [t for t in found if minting.could_have_minted(caller, t.kind, t.tenants)]
 
 
-async def revoke(db: Database, caller: Caller, *, name: str, request_id: str = "") -> TokenRecord:
-    """Revoke; a worker using it is told to leave by the server holding its socket."""
+async def revoke(
+    db: Database, caller: Caller, *, name: str, force: bool = False, request_id: str = ""
+) -> TokenRecord:
+    """Revoke; a worker using it is told to leave by the server holding its socket.
+
+    A caller revokes only what it could have minted (Forbidden). Without `force`, neither the
+    credential in use nor the last live admin token is revoked (Conflict, saying why): the
+    first locks the caller out, the second everyone (`berth db admin-token` is the way back).
+    """
     async with db.begin() as conn:
+        target = await tokens_q.live_by_name(conn, name=name)
+        if target is None or not (
+            caller.all_tenants or minting.could_have_minted(caller, target.kind, target.tenants)
+        ):
+            if target is not None and caller.role is Role.OPERATOR:
+                raise Forbidden(f"you may not revoke {name!r}: only its minter's peers may")
+            raise NotFound(f"no live token named {name!r}")
+        if target.kind == TokenKind.ADMIN:
+            admins = await tokens_q.lock_live_admins(conn)
+            if not force and admins == [name]:
+                raise Conflict(
+                    f"{name!r} is the last live admin token: revoking it locks everyone out "
+                    "(use --force; `berth db admin-token NAME` on the database mints a new one)"
+                )
+        if not force and caller.credential == name:
+            raise Conflict(
+                f"{name!r} is the token you are using: revoking it ends your own access "
+                "(use --force if that is what you want)"
+            )
         record = await tokens_q.revoke(conn, name=name)
-        if record is None:
+        if record is None:  # revoked by someone else meanwhile
             raise NotFound(f"no live token named {name!r}")
         # Every server drops the token from its cache; the one holding a worker's socket closes it.
         await workers_q.notify(conn, {"op": "revoke", "worker": name, "kind": record.kind})
@@ -113,7 +139,20 @@ CALLERS = {
 
 def caller_of(record: TokenRecord) -> Caller:
     kind, role = CALLERS[TokenKind(record.kind)]
-    return Caller(kind, record.name, role, frozenset(record.tenants))
+    return Caller(kind, record.name, role, frozenset(record.tenants), credential=record.name)
+
+
+async def break_glass(db: Database, *, name: str, os_user: str) -> str:
+    """A new admin token minted on the database directly, signed `ops:<os user>`.
+
+    The way back in when no admin token is left (or none is at hand): it needs the database's
+    own credential, which is exactly who may do this.
+    """
+    caller = Caller(Kind.OPS, os_user or "unknown", Role.ADMIN, frozenset())
+    token, _ = await create(
+        db, caller, name=name, kind=str(TokenKind.ADMIN), tenants=[], expires_days=3650
+    )
+    return token
 
 
 async def ensure_admin(db: Database) -> str | None:

@@ -77,8 +77,11 @@ class TestPlacement:
         ran = json.loads(s.cli("job", "list", "--json").out)[0]
         assert ran["worker"] == "gpu1"
         tpu = s.cli("job", "submit", "--pool", "gpu", "--label", "tpu", "--", "true").out.strip()
-        time.sleep(1.0)
-        shown = json.loads(s.cli("job", "show", tpu, "--json").out)
+        shown = wait_for(
+            lambda: (x := json.loads(s.cli("job", "show", tpu, "--json").out))["waiting_for"] and x,
+            10,
+            "the tpu job's reason to wait",
+        )
         assert shown["state"] == "queued"
         assert "tpu" in shown["waiting_for"] and "no attached worker" in shown["waiting_for"]
         text = s.cli("job", "show", tpu).out

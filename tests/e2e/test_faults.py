@@ -237,7 +237,6 @@ class TestServerRestart:
         ids = r.json()["ids"]
         wait_for(lambda: len(list(m.iterdir())) >= 8, 30, "some jobs to start")
         s.kill(signal.SIGKILL)
-        time.sleep(1.0)
         s.start()
         wait_for(
             lambda: all(job(s, i)["state"] == "succeeded" for i in ids), 90, "all jobs", every=0.5
@@ -275,7 +274,7 @@ class TestOperatorStates:
         wait_for(lambda: attached(s, "w1"), 20, "attached")
         assert s.cli("worker", "disable", "w1").code == 0
         j = submit(s, ["true"], pool="gpu")
-        time.sleep(1.0)
+        wait_for(lambda: "disabled" in job(s, j)["waiting_for"], 10, "the reason to wait")
         assert job(s, j)["state"] == "queued"
         listed = {x["name"]: x for x in json.loads(s.cli("worker", "list", "--json").out)}
         assert (listed["w1"]["state"], listed["w1"]["no_lease"]) == ("disabled", "disabled")

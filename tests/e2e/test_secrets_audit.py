@@ -87,3 +87,27 @@ class TestAudit:
         asyncio.run(sql(sync_db_url, "DELETE FROM audit WHERE seq = 2"))
         gone = s.cli("audit", "verify", **env)
         assert gone.code == 1 and "seq 2 is missing" in gone.err
+
+    def test_head_catches_a_truncated_tail(self, server_factory, sync_db_url):
+        """`audit head` prints SEQ:HASH; after the newest entries are deleted, `verify --head`
+        fails naming how many, while plain `verify` cannot tell; a bad --head is one line."""
+        s = server_factory(builtin_worker=False)
+        for i in range(3):
+            s.worker_token(f"w{i}")
+        env = {"BERTH_DATABASE_URL": sync_db_url}
+        written = len(json.loads(s.cli("audit", "list", "--json").out))  # admin token + 3
+        assert written == 4
+        wait_for(
+            lambda: s.cli("audit", "head", **env).out.startswith(f"{written}:"), 10, "all sealed"
+        )
+        head = s.cli("audit", "head", **env).out.strip()
+        assert head == (s.log().split('"head": "')[-1].split('"')[0])  # the same as logged
+        assert s.cli("audit", "verify", "--head", head, **env).code == 0
+        asyncio.run(sql(sync_db_url, f"DELETE FROM audit WHERE seq = {int(written)}"))  # noqa: S608
+        assert s.cli("audit", "verify", **env).code == 0
+        bad = s.cli("audit", "verify", "--head", head, **env)
+        assert bad.code == 1 and "newest 1 entries were deleted" in bad.err
+        nonsense = s.cli("audit", "verify", "--head", "three:xyz", **env)
+        assert nonsense.code == 2 and "SEQ:HASH" in nonsense.err and "Traceback" not in nonsense.err
+        no_key = s.cli("audit", "verify", BERTH_HOME=str(s.home.parent / "elsewhere"), **env)
+        assert no_key.code == 1 and "no secret key" in no_key.err

@@ -23,8 +23,9 @@ class TestTwoServers:
         a = server_factory(NOTIFY_ONLY, builtin_worker=False, name="a")
         b = server_factory(NOTIFY_ONLY, builtin_worker=False, name="b")
         worker_factory(b, b.worker_token("wb"), "gpu", name="wb")
+        # b's attach-time pass ran (and found nothing) before wb shows as attached plus a CLI's
+        # start-up; with the fallback pass an hour away, only NOTIFY can bring the job to wb.
         wait_for(lambda: attached(a, "wb"), 20, "wb attached to b")
-        time.sleep(0.5)  # let b's first passes run dry
         r = a.cli(
             "job", "submit", "--wait", "--pool", "gpu", "--", "echo", "via-notify", timeout=30
         )
@@ -121,13 +122,13 @@ class TestPostgresRestart:
         )
         assert set(statuses) <= {503}, statuses  # while down: "retry shortly", never a 500
         after = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def all_succeeded() -> bool:
             r = s.api("GET", "/api/v1/jobs", params={"limit": 50})
             after.append(r.status_code)
-            if r.status_code == 200 and all(j["state"] == "succeeded" for j in r.json()):
-                break
-            time.sleep(0.3)
+            return r.status_code == 200 and all(j["state"] == "succeeded" for j in r.json())
+
+        wait_for(all_succeeded, 60, "every job to succeed", every=0.3)
         assert all(job(s, i)["state"] == "succeeded" for i in ids)
         assert all(code < 500 for code in after), after
         assert marks.overlaps(m) == []

@@ -9,6 +9,7 @@ from tests.e2e.test_proxy_mode import call
 from tests.procs import wait_for
 
 CONFIG = {
+    "pools": {"serve": {"builtin": True}},  # off by default behind a proxy (SPEC section 4)
     "network": {
         "auth": "proxy",
         "tls": "proxy",

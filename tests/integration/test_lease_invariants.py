@@ -40,6 +40,26 @@ async def add_jobs(db: Database, n: int) -> list[int]:
         return [r[0] for r in rows]
 
 
+async def until_another_waits_for_a_lock(db: Database, timeout: float = 10.0) -> None:
+    """Return once another session of this database is blocked on a lock (the racing insert)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    async with db.engine.connect() as probe:
+        while asyncio.get_running_loop().time() < deadline:
+            waiting = (
+                await probe.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND wait_event_type = 'Lock'"
+                    )
+                )
+            ).scalar_one()
+            await probe.rollback()  # a fresh snapshot of pg_stat_activity each time
+            if waiting:
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError("the racing transaction never waited for the lock")
+
+
 class TestOneLiveLease:
     async def test_second_live_lease_is_refused_by_the_database(self, db):
         """Two transactions racing to make a live lease for one job: exactly one commits."""
@@ -56,7 +76,7 @@ class TestOneLiveLease:
                         ),
                         {"j": job, "e": epoch, "w": worker_id},
                     )
-                    await asyncio.sleep(0.05)  # hold the row until the other one tries
+                    await until_another_waits_for_a_lock(db)  # hold the row until it tries
             except Conflict:
                 return False
             return True

@@ -20,6 +20,37 @@ from service.domain import dispatch, leasing, secrets
 log = structlog.get_logger(__name__)
 
 
+FRAME_BUDGET = 4 << 20  # bytes of leases per frame: far below any worker's message size limit
+
+
+def _weight(lease: protocol.Lease) -> int:
+    """About what a lease weighs on the wire (its strings dominate)."""
+    pairs = [*lease.env.items(), *lease.secrets.items()]
+    return (
+        256
+        + len(lease.python)
+        + sum(map(len, lease.command))
+        + sum(len(k) + len(v) for k, v in pairs)
+    )
+
+
+def frames(leases: list[protocol.Lease]) -> list[protocol.Frame]:
+    """One frame per pass for a worker, unless its leases are large: then several, in budget."""
+    out: list[protocol.Frame] = []
+    batch: list[protocol.Lease] = []
+    size = 0
+    for lease in leases:
+        weight = _weight(lease)
+        if batch and size + weight > FRAME_BUDGET:
+            out.append(batch[0] if len(batch) == 1 else protocol.Leases(leases=tuple(batch)))
+            batch, size = [], 0
+        batch.append(lease)
+        size += weight
+    if batch:
+        out.append(batch[0] if len(batch) == 1 else protocol.Leases(leases=tuple(batch)))
+    return out
+
+
 class Dispatcher:
     def __init__(self, rt: Runtime, sessions: Sessions) -> None:
         self.rt = rt
@@ -61,12 +92,9 @@ class Dispatcher:
         session = self.sessions.get(worker_id)
         if not leases:
             return
-        frame: protocol.Frame = (
-            leases[0] if len(leases) == 1 else protocol.Leases(leases=tuple(leases))
-        )
         # A lease that does not reach its worker (the socket just closed) is freed when the
         # worker attaches again without it, or by the silence window.
-        sent = session is not None and session.send(frame)
+        sent = session is not None and all(session.send(f) for f in frames(leases))
         for lease in leases:
             log.debug(
                 "lease_granted", job=lease.job, epoch=lease.epoch, worker_id=worker_id, sent=sent

@@ -3,6 +3,7 @@
 from typing import Any
 
 from litestar import Request, get
+from litestar.params import FromQuery
 
 from service.api.identity import identify, runtime_of
 from service.auth.permissions import Perm
@@ -11,7 +12,9 @@ from service.domain import audit
 
 
 @get("/api/v1/audit", opt={"perm": Perm.AUDIT})
-async def list_audit(request: Request[Any, Any, Any], limit: int = 100) -> list[dict[str, Any]]:
+async def list_audit(
+    request: Request[Any, Any, Any], limit: FromQuery[int] = 100
+) -> list[dict[str, Any]]:
     if not 1 <= limit <= 10000:
         raise Invalid("limit must be between 1 and 10000")
     rt = runtime_of(request)

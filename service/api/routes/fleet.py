@@ -3,6 +3,7 @@
 from typing import Any
 
 from litestar import Request, get, post
+from litestar.params import FromPath
 
 from service.api.identity import identify, request_id, runtime_of
 from service.auth.permissions import Perm
@@ -42,7 +43,7 @@ async def list_workers(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
 
 @post("/api/v1/workers/{name:str}/{action:str}", opt={"perm": Perm.FLEET_WRITE}, status_code=200)
 async def set_worker_state(
-    request: Request[Any, Any, Any], name: str, action: str
+    request: Request[Any, Any, Any], name: FromPath[str], action: FromPath[str]
 ) -> dict[str, Any]:
     """Drain | disable | enable."""
     rt = runtime_of(request)

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Request, get, post
-from litestar.params import QueryParameter
+from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Stream
 
 from service.api import body
@@ -27,7 +27,8 @@ class JobBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         default_factory=list
     )
     python: body.Source = ""
-    env: Annotated[dict[body.EnvName, body.Arg], msgspec.Meta(max_length=1024)] = msgspec.field(
+    # Names are checked by the domain (its error names the bad one); here: bounded, no NUL.
+    env: Annotated[dict[body.Arg, body.Arg], msgspec.Meta(max_length=1024)] = msgspec.field(
         default_factory=dict
     )
     kind: body.Kind = "default"
@@ -41,7 +42,7 @@ class JobBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     priority: body.Int32 = 0
     tenant: body.Name | None = None
     # variable -> secret name
-    secrets: Annotated[dict[body.EnvName, body.Name], msgspec.Meta(max_length=256)] = msgspec.field(
+    secrets: Annotated[dict[body.Arg, body.Name], msgspec.Meta(max_length=256)] = msgspec.field(
         default_factory=dict
     )
     inputs: Annotated[list[body.Arg], msgspec.Meta(max_length=256)] = msgspec.field(
@@ -123,8 +124,8 @@ async def submit(request: Request[Any, Any, Any]) -> dict[str, Any]:
 async def list_jobs(
     request: Request[Any, Any, Any],
     job_state: Annotated[str | None, QueryParameter(name="state")] = None,
-    tenant: str | None = None,
-    limit: int = 100,
+    tenant: FromQuery[str | None] = None,
+    limit: FromQuery[int] = 100,
 ) -> list[dict[str, Any]]:
     rt = runtime_of(request)
     caller = await identify(request)
@@ -133,7 +134,7 @@ async def list_jobs(
 
 
 @get("/api/v1/jobs/{job_id:int}", opt={"perm": Perm.JOBS_READ})
-async def show(request: Request[Any, Any, Any], job_id: int) -> dict[str, Any]:
+async def show(request: Request[Any, Any, Any], job_id: FromPath[int]) -> dict[str, Any]:
     rt = runtime_of(request)
     caller = await identify(request)
     job = await jobs.get(rt.db, caller, _id(job_id))
@@ -141,7 +142,7 @@ async def show(request: Request[Any, Any, Any], job_id: int) -> dict[str, Any]:
 
 
 @post("/api/v1/jobs/{job_id:int}/cancel", opt={"perm": Perm.JOBS_WRITE}, status_code=200)
-async def cancel(request: Request[Any, Any, Any], job_id: int) -> dict[str, Any]:
+async def cancel(request: Request[Any, Any, Any], job_id: FromPath[int]) -> dict[str, Any]:
     rt = runtime_of(request)
     caller = await identify(request)
     return job_json(await jobs.cancel(rt.db, caller, _id(job_id), request_id=request_id(request)))
@@ -157,10 +158,10 @@ def _chunk(c: OutputChunk, encoding: str) -> dict[str, Any]:
 @get("/api/v1/jobs/{job_id:int}/logs", opt={"perm": Perm.JOBS_READ}, response_model=None)
 async def logs(
     request: Request[Any, Any, Any],
-    job_id: int,
-    after: int = 0,
-    follow: bool = False,
-    encoding: Literal["text", "base64"] = "text",
+    job_id: FromPath[int],
+    after: FromQuery[int] = 0,
+    follow: FromQuery[bool] = False,
+    encoding: FromQuery[Literal["text", "base64"]] = "text",
 ) -> dict[str, Any] | Stream:
     """Output so far; with follow=true, NDJSON lines until the job ends, then its result."""
     rt = runtime_of(request)

@@ -4,6 +4,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, delete, get, put
+from litestar.params import FromPath, FromQuery
 
 from service.api import body
 from service.api.body import decode
@@ -19,7 +20,7 @@ class SecretBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 @put("/api/v1/secrets/{name:str}", opt={"perm": Perm.SECRETS}, status_code=200)
-async def set_secret(request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
+async def set_secret(request: Request[Any, Any, Any], name: FromPath[str]) -> dict[str, Any]:
     rt = runtime_of(request)
     caller = await identify(request)
     b: SecretBody = await decode(request, SecretBody)
@@ -46,7 +47,7 @@ async def list_secrets(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
 
 @delete("/api/v1/secrets/{name:str}", opt={"perm": Perm.SECRETS}, status_code=200)
 async def remove_secret(
-    request: Request[Any, Any, Any], name: str, tenant: str | None = None
+    request: Request[Any, Any, Any], name: FromPath[str], tenant: FromQuery[str | None] = None
 ) -> dict[str, Any]:
     rt = runtime_of(request)
     caller = await identify(request)

@@ -4,6 +4,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Request, delete, get, post
+from litestar.params import FromPath, FromQuery
 
 from service.api import body
 from service.api.body import decode
@@ -59,7 +60,14 @@ async def list_tokens(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
 
 
 @delete("/api/v1/tokens/{name:str}", opt={"perm": Perm.TOKENS}, status_code=200)
-async def revoke(request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
+async def revoke(
+    request: Request[Any, Any, Any], name: FromPath[str], force: FromQuery[bool] = False
+) -> dict[str, Any]:
+    """Revoke; refused (409) for the caller's own credential or the last admin, unless force."""
     rt = runtime_of(request)
     caller = await identify(request)
-    return token_json(await tokens.revoke(rt.db, caller, name=name, request_id=request_id(request)))
+    record = await tokens.revoke(
+        rt.db, caller, name=name, force=force, request_id=request_id(request)
+    )
+    rt.forget_caller(name)  # at once here; other servers on the NOTIFY
+    return {**token_json(record), "yours": caller.credential == name}

@@ -69,6 +69,36 @@ async def revoke(conn: AsyncConnection, *, name: str) -> TokenRecord | None:
     return TokenRecord.of(row) if row else None
 
 
+async def live_by_name(conn: AsyncConnection, *, name: str) -> TokenRecord | None:
+    """The live (unrevoked) token called `name`, or None."""
+    row = (
+        await conn.execute(
+            select(*_COLS).where(tokens.c.name == name, tokens.c.revoked_at.is_(None))
+        )
+    ).one_or_none()
+    return TokenRecord.of(row) if row else None
+
+
+async def lock_live_admins(conn: AsyncConnection) -> list[str]:
+    """Names of the usable admin tokens, row-locked until the transaction ends.
+
+    Two revokes racing for the last two admin tokens serialise here (always in id order, so
+    they cannot deadlock): the second one, once the first commits, re-reads the rows and sees a
+    single live admin left.
+    """
+    rows = await conn.execute(
+        select(tokens.c.name)
+        .where(
+            tokens.c.kind == "admin",
+            tokens.c.revoked_at.is_(None),
+            tokens.c.expires_at > func.now(),
+        )
+        .order_by(tokens.c.id)
+        .with_for_update()
+    )
+    return [r[0] for r in rows]
+
+
 async def any_admin(conn: AsyncConnection) -> bool:
     row = await conn.execute(select(tokens.c.id).where(tokens.c.kind == "admin").limit(1))
     return row.first() is not None
