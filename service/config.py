@@ -82,6 +82,7 @@ class Executor(Section, frozen=True):
     unreachable_seconds: float = 30.0  # stage 1: silent this long, no new lease
     evict_seconds: float = 60.0  # stage 2: unreachable this long, leases expire (lost at 90 s)
     kill_grace_seconds: float = 5.0  # TERM, then KILL after this long
+    credential_rotate_hours: float = 24.0  # a joined worker's credential is replaced this often
     loop_seconds: float = 1.0  # cadence of the leader's silence and sealing passes
     # A dispatch pass runs when NOTIFY or a local event pokes it, and at least this often
     # (host samples move thresholds without any event).
@@ -116,13 +117,16 @@ class Compute(Section, frozen=True):
     region: str | msgspec.UnsetType = msgspec.UNSET
     # every provider: extra environment for the worker (never a credential: those are secrets)
     env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    # process: what runs `berth` (default: this interpreter, `-m service`)
+    command: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class Provisioner(Section, frozen=True):
-    max: int = 4
-    idle_seconds: float = 300.0
-    orphan_exit_seconds: float = 600.0
-    credential_secret: str = ""
+    max: int = 4  # most workers it runs at once
+    idle_seconds: float = 300.0  # no lease this long: drained, then stopped
+    orphan_exit_seconds: float = 600.0  # a worker that cannot reach a server this long exits
+    credential_secret: str = ""  # auth = "proxy": the secret holding the shared credential
+    labels: list[str] = msgspec.field(default_factory=list)  # what its workers carry
     compute: Compute = msgspec.field(default_factory=Compute)
 
 
@@ -217,7 +221,13 @@ def check(config: Config) -> None:
     """Rules that span keys; raise Invalid naming the key."""
     split_listen(config.network.listen)
     e = config.executor
-    for key in ("heartbeat_seconds", "unreachable_seconds", "evict_seconds", "loop_seconds"):
+    for key in (
+        "heartbeat_seconds",
+        "unreachable_seconds",
+        "evict_seconds",
+        "loop_seconds",
+        "credential_rotate_hours",
+    ):
         if getattr(e, key) <= 0:
             raise Invalid(f"executor.{key} must be positive")
     if e.unreachable_seconds + e.evict_seconds <= 3 * e.heartbeat_seconds:
@@ -238,6 +248,9 @@ def check(config: Config) -> None:
             raise Invalid(f"pools.{name}.slots must name at least one kind with slots >= 0")
         if pool.builtin is not None and name != "serve":
             raise Invalid(f"pools.{name}.builtin: only pools.serve has a built-in worker")
+        if pool.provisioner is not None:
+            _check_provisioner(config, name, pool.provisioner)
+    _check_cas(config.cas)
     proxy = config.network.proxy
     if proxy.verify_jwt and not (proxy.jwks_url and proxy.issuer and proxy.audience):
         raise Invalid("network.proxy.verify_jwt needs jwks_url, issuer and audience")
@@ -246,6 +259,69 @@ def check(config: Config) -> None:
             raise Invalid(f"network.proxy.rules[{i}]: a {rule.caller} rule needs a role")
         if not rule.when:
             raise Invalid(f"network.proxy.rules[{i}].when must name at least one claim")
+
+
+# Which compute keys each provider reads; any other key set for it would do nothing.
+COMPUTE_KEYS = {
+    "process": {"env", "command"},
+    "kubernetes": {
+        "image",
+        "namespace",
+        "api_url",
+        "cpu",
+        "memory",
+        "gpus",
+        "node_selector",
+        "tolerations",
+        "service_account",
+        "env",
+    },
+    "modal": {"image", "app", "gpu", "cpu", "memory", "region", "env"},
+}
+
+
+def _check_provisioner(config: Config, pool: str, prov: Provisioner) -> None:
+    """Config that does nothing is an error: every provisioner key must have an effect."""
+    where = f"pools.{pool}.provisioner"
+    if prov.max < 0:
+        raise Invalid(f"{where}.max must be >= 0")
+    for key in ("idle_seconds", "orphan_exit_seconds"):
+        if getattr(prov, key) <= 0:
+            raise Invalid(f"{where}.{key} must be positive")
+    compute = prov.compute
+    given = {f for f in compute.__struct_fields__ if getattr(compute, f) is not msgspec.UNSET} - {
+        "provider"
+    }
+    for key in sorted(given - COMPUTE_KEYS[compute.provider]):
+        raise Invalid(f"{where}.compute.{key} has no effect with provider {compute.provider!r}")
+    if compute.provider != "process":
+        if compute.image is msgspec.UNSET:
+            raise Invalid(f"{where}.compute.image: the {compute.provider} provider needs an image")
+        if not config.network.url:
+            raise Invalid(
+                f"{where}: workers on {compute.provider} cannot dial 127.0.0.1; set network.url "
+                "to the address they reach this server at"
+            )
+    if config.network.auth == "token" and prov.credential_secret:
+        raise Invalid(
+            f'{where}.credential_secret has no effect with auth = "token": provisioned '
+            "workers join with a one-time token each"
+        )
+    if config.network.auth == "proxy" and not prov.credential_secret:
+        raise Invalid(
+            f"{where}.credential_secret: behind a proxy, provisioned workers need the shared "
+            "credential; name the secret that holds it"
+        )
+
+
+def _check_cas(cas: Cas) -> None:
+    """Until the artifact store lands, only the default `[cas]` is accepted (it does nothing)."""
+    default = Cas()
+    changed = [f for f in cas.__struct_fields__ if getattr(cas, f) != getattr(default, f)]
+    if changed:
+        raise Invalid(
+            f"cas.{changed[0]}: the artifact store is not offered yet; remove [cas] from the config"
+        )
 
 
 def split_listen(listen: str) -> tuple[str, int]:

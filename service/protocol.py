@@ -14,8 +14,8 @@ of a worker process. The server answers `received(upto=N)` once every report up 
 is lost to a dropped connection or a server restart. Applying a report twice is harmless:
 output is keyed by (job, epoch, seq), the rest is idempotent.
 
-Worker -> server: hello, beat, started, output, finished, gave_back, bye.
-Server -> worker: welcome, refused, ack, received, lease(s), cancel, stale, exit.
+Worker -> server: hello, beat, started, output, finished, gave_back, credential_stored, bye.
+Server -> worker: welcome, refused, ack, received, lease(s), cancel, stale, credential, exit.
 """
 
 from typing import Annotated, Literal
@@ -61,7 +61,8 @@ class Host(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
 class Hello(Frame, tag="hello.v2", frozen=True, forbid_unknown_fields=True):
     protocol: int
     berth_version: Word
-    pool: Name
+    # None: the credential decides (a joined worker's pool is bound by its join token)
+    pool: Name | None
     instance: Word  # new for every worker process: tells a restart from a reconnect
     labels: Annotated[tuple[Label, ...], msgspec.Meta(max_length=256)] = ()
     parallel: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
@@ -113,6 +114,10 @@ class GaveBack(Frame, tag="gave_back.v2", frozen=True, forbid_unknown_fields=Tru
     reason: Word = ""
 
 
+class CredentialStored(Frame, tag="credential_stored.v2", frozen=True, forbid_unknown_fields=True):
+    """The credential last sent is safely stored: the server may retire the one before it."""
+
+
 class Bye(Frame, tag="bye.v2", frozen=True, forbid_unknown_fields=True):
     """The worker is stopping: it killed these copies, so their leases are free at once."""
 
@@ -132,6 +137,18 @@ class Welcome(Frame, tag="welcome.v2", frozen=True):
     evict_seconds: float
     kill_grace_seconds: float
     drop: tuple[tuple[int, int], ...] = ()  # held leases that are no longer live: kill them
+    pool: str = ""  # as the server placed it (a joined worker learns its pool here)
+    labels: tuple[str, ...] = ()
+
+
+class Credential(Frame, tag="credential.v2", frozen=True):
+    """This worker's credential from now on: store it (0600) and answer credential_stored.
+
+    Sent after a join (the join token is spent) and on each rotation; until the worker confirms,
+    the previous credential stays valid too.
+    """
+
+    token: str
 
 
 class Refused(Frame, tag="refused.v2", frozen=True):
@@ -185,8 +202,8 @@ class Exit(Frame, tag="exit.v2", frozen=True):
     code: int = 0
 
 
-ToServer = Hello | Beat | Started | Output | Finished | GaveBack | Bye
-ToWorker = Welcome | Refused | Ack | Received | Lease | Leases | Cancel | Stale | Exit
+ToServer = Hello | Beat | Started | Output | Finished | GaveBack | CredentialStored | Bye
+ToWorker = Welcome | Refused | Ack | Received | Lease | Leases | Cancel | Stale | Credential | Exit
 
 encode = msgspec.json.Encoder().encode
 decode_to_server = msgspec.json.Decoder(ToServer).decode

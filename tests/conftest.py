@@ -2,11 +2,13 @@
 helpers to run `berth serve` and `berth worker` as real processes."""
 
 import asyncio
+import contextlib
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from service.db.engine import Database
@@ -56,13 +58,21 @@ def server_factory(tmp_path, sync_db_url):
 
     started: list[Server] = []
 
-    def make(config: dict | None = None, *, builtin_worker: bool = True, name: str = "s") -> Server:
+    def make(
+        config: dict | None = None,
+        *,
+        builtin_worker: bool = True,
+        name: str = "s",
+        port: int | None = None,
+    ) -> Server:
         s = Server(
             home=tmp_path / name,
             db_url=sync_db_url,
             config=config or {},
             builtin_worker=builtin_worker,
         )
+        if port is not None:
+            s.port = port
         started.append(s)
         s.start()
         token = s.home / "admin.token"
@@ -73,6 +83,12 @@ def server_factory(tmp_path, sync_db_url):
     yield make
     for s in started:
         s.stop()
+    # Provisioned workers outlive their server by design: end this test's.
+    from tests.procs import provisioned_workers
+
+    for p in provisioned_workers(tmp_path):
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 @pytest.fixture

@@ -192,3 +192,20 @@ def wait_for(predicate: Any, timeout: float, what: str, every: float = 0.1) -> A
             return value
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def provisioned_workers(under: Path) -> list[Any]:
+    """Live `berth worker` processes a provisioning server under `under` started (by their
+    --provisioned marker and their state directory)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if "--provisioned" not in p.cmdline() or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if p.environ().get("BERTH_HOME", "").startswith(str(under)):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found

@@ -6,7 +6,7 @@ from litestar.openapi import OpenAPIConfig
 from service.api import errors, guards
 from service.api.channel import socket as worker_socket
 from service.api.channel.hub import Hub
-from service.api.routes import audit, fleet, health, jobs, secrets, tokens
+from service.api.routes import audit, fleet, health, jobs, joining, limits, secrets, tokens
 from service.api.runtime import Runtime
 
 ROUTES = [
@@ -19,8 +19,12 @@ ROUTES = [
     jobs.logs,
     fleet.list_workers,
     fleet.set_worker_state,
+    joining.create,
     fleet.pools,
     fleet.status,
+    limits.list_limits,
+    limits.set_limit,
+    limits.unset_limit,
     tokens.create,
     tokens.list_tokens,
     tokens.revoke,

@@ -1,5 +1,6 @@
 """What one running server holds: its config, database, identity and the local worker hub."""
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -7,6 +8,7 @@ from service.auth.callers import Caller
 from service.config import Config
 from service.core.placement import PoolSpec
 from service.db.engine import Database
+from service.domain.limits import InForce
 
 if TYPE_CHECKING:  # these import this module
     from service.api.channel.hub import Hub
@@ -19,6 +21,8 @@ class Runtime:
     db: Database
     server_id: str
     version: str
+    # What the dispatcher and the routes use: berth.toml's pools with the operator limits
+    # (`limits`, below) once they are read; `config` stays berth.toml.
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     secret_key: bytes = b""  # AES-GCM key for secrets at rest (domain/secrets.load_key)
     # The built-in worker's token: minted at start, held only in this process's memory.
@@ -33,7 +37,15 @@ class Runtime:
             if caller.name == name:
                 del self.callers[digest]
 
+    @property
+    def effective(self) -> Config:
+        """berth.toml with the operator limits in force on this server."""
+        return self.limits.config if self.limits is not None else self.config
+
     hub: "Hub | None" = None
+    # The limits as this server last read them, and `pools` made from them (api/limits_watch.py).
+    limits: InForce | None = None
+    limits_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def the_hub(self) -> "Hub":
         assert self.hub is not None, "the hub is created with the app"

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from service import __version__
-from service.cli import db, job, ops, serve, simple, token, worker
+from service.cli import db, job, limits, ops, serve, simple, token, worker
 from service.cli.client import CliError
 
 
@@ -31,6 +31,7 @@ def parser() -> argparse.ArgumentParser:
     worker.add(sub)
     job.add(sub)
     simple.add(sub)
+    limits.add(sub)
     ops.add(sub)
     return p
 

@@ -18,18 +18,22 @@ import uvicorn
 import uvloop
 
 from service import __version__, log
+from service.api import limits_watch
 from service.api.app import create_app
 from service.api.runtime import Runtime
 from service.background.audit_seal import SealAudit
+from service.background.provision import Provision
 from service.background.silence import ExpireSilent
 from service.background.supervisor import run_when_leader
 from service.cli.client import CliError
 from service.config import Config, home
+from service.core.errors import Unavailable
 from service.db import migrate, notify
 from service.db.embedded import Embedded, private_home, write_private
 from service.db.engine import Database
 from service.db.leader import Leader
 from service.db.queries.jobs import JOBS_CHANNEL
+from service.db.queries.limits import LIMITS_CHANNEL
 from service.db.queries.workers import WORKERS_CHANNEL
 from service.domain import secrets, tokens
 from service.worker import hardening
@@ -87,6 +91,11 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     )
     app = create_app(rt)
     hub = rt.the_hub()
+    try:  # the limits in force before the first dispatch pass
+        await limits_watch.refresh(rt)
+    except Unavailable as exc:
+        raise CliError(f"cannot read the limits: {exc.message}", 3) from None
+    limits = limits_watch.Watch(rt)
     admin = await tokens.ensure_admin(db)
     if admin is not None:
         path = write_private(berth_home / "admin.token", admin + "\n")
@@ -113,15 +122,33 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         loop.add_signal_handler(sig, stop.set)
     logger.info("serving", listen=f"{host}:{port}", server_id=rt.server_id, pid=os.getpid())
     scheme = "https" if certfile else "http"
+    provision = Provision(
+        db,
+        cfg,
+        home=berth_home,
+        server_url=f"{scheme}://{_dial(host)}:{port}",
+        secret_key=rt.secret_key,
+        interval=cfg.executor.loop_seconds,
+    )
     async with asyncio.TaskGroup() as tg:
         web = tg.create_task(server.serve(), name="http")
         tg.create_task(hub.run(stop), name="hub")
+        tg.create_task(limits.run(stop), name="limits")
+
+        def reconnected() -> None:  # notifications sent while LISTEN was down are lost
+            hub.poke()
+            limits.poke()
+
         tg.create_task(
             notify.listen(
                 url,
-                {JOBS_CHANNEL: lambda _p: hub.poke(), WORKERS_CHANNEL: hub.on_worker_notice},
+                {
+                    JOBS_CHANNEL: lambda _p: hub.poke(),
+                    WORKERS_CHANNEL: hub.on_worker_notice,
+                    LIMITS_CHANNEL: lambda _p: limits.poke(),
+                },
                 stop,
-                on_reconnect=hub.poke,
+                on_reconnect=reconnected,
             ),
             name="listen",
         )
@@ -131,6 +158,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                 [
                     ExpireSilent(db, cfg.executor),
                     SealAudit(db, rt.secret_key, interval=cfg.executor.loop_seconds),
+                    provision,
                 ],
                 stop,
             ),
@@ -152,6 +180,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         logger.info("stopping")
         server.should_exit = True
         await web
+    await provision.close()  # provisioned workers run on: the next leader adopts them
     await db.dispose()
     return 0
 

@@ -3,7 +3,8 @@
 import argparse
 from typing import Any
 
-from service.cli.client import Client, add_server_arg, listing, print_json
+from service.cli.client import Client, add_server_arg, print_json, table
+from service.cli.limits import limit_line
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -19,22 +20,47 @@ def add(sub: Any) -> None:  # noqa: ANN401
 
 def pool_list(args: argparse.Namespace) -> int:
     pools = Client(args.server).call("GET", "/api/v1/pools")
-    return listing(
-        args,
-        pools,
+    if args.json:
+        print_json(pools)
+        return 0
+    rows = [
         [
-            [
-                p["name"],
-                " ".join(f"{k}={v}" for k, v in p["slots"].items()),
-                str(p["workers"]),
-                f"{p['max_load']:g}",
-                f"{p['min_memory_gb']:g}",
-                f"{p['min_disk_gb']:g}",
-            ]
-            for p in pools
-        ],
-        ["POOL", "SLOTS", "WORKERS", "MAX_LOAD", "MIN_MEM_GB", "MIN_DISK_GB"],
-    )
+            p["name"],
+            " ".join(f"{k}={_cell(p, f'slots.{k}', v)}" for k, v in p["slots"].items()),
+            str(p["workers"]),
+            _cell(p, "max_load", p["max_load"]),
+            _cell(p, "min_memory_gb", p["min_memory_gb"]),
+            _cell(p, "min_disk_gb", p["min_disk_gb"]),
+            f"{prov['provider']} max={_cell(p, 'provisioner.max', prov['max'])} "
+            f"idle={_cell(p, 'provisioner.idle_seconds', prov['idle_seconds'])}s "
+            + " ".join(f"{k}={n}" for k, n in sorted(prov["workers"].items()))
+            if (prov := p.get("provisioner"))
+            else "-",
+        ]
+        for p in pools
+    ]
+    header = ["POOL", "SLOTS", "WORKERS", "MAX_LOAD", "MIN_MEM_GB", "MIN_DISK_GB", "PROVISIONER"]
+    table(rows, header)
+    for p in pools:
+        prov = p.get("provisioner") or {}
+        if prov.get("last_error"):
+            print(
+                f"pool {p['name']}: {prov['failures']} failed start(s), next try in "
+                f"{prov['retry_in']:g}s: {prov['last_error']}"
+            )
+    set_here = [x for p in pools for x in p["limits"]]
+    if set_here:
+        print("\n* set by `berth limits`:")
+        for x in set_here:
+            print(limit_line(x))
+    return 0
+
+
+def _cell(pool: dict[str, Any], key: str, value: float) -> str:
+    """A pool's value in force, starred when a limit set it."""
+    full = f"pools.{pool['name']}.{key}"
+    limited = any(x["key"] == full and x["in_force"] for x in pool["limits"])
+    return f"{value:g}" + ("*" if limited else "")
 
 
 def status(args: argparse.Namespace) -> int:
@@ -48,10 +74,19 @@ def status(args: argparse.Namespace) -> int:
     for name, p in sorted(st["pools"].items()):
         slots = " ".join(f"{k}={v}" for k, v in p["slots"].items())
         print(f"pool     {name}: {p['workers']} worker(s) attached, slots {slots}")
+        prov = p.get("provisioner") or {}
+        if prov:
+            states = " ".join(f"{k}={n}" for k, n in sorted(prov["workers"].items())) or "none"
+            print(f"         provisioner {prov['provider']}, max {prov['max']}: {states}")
+        if prov.get("last_error"):
+            print(
+                f"         {prov['failures']} failed start(s), next try in "
+                f"{prov['retry_in']:g}s: {prov['last_error']}"
+            )
     for q in st["queued"]:
         print(f"queued   {q['jobs']} {q['kind']} job(s) for {q['pool'] or 'any pool'}")
     if not st["queued"]:
         print("queued   none")
     for lim in st["limits"]:
-        print(f"limit    {lim['key']}={lim['value']} ({lim['reason']})")
+        print(f"limit    {limit_line(lim)}")
     return 0

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.cli.client import Client, CliError, add_server_arg, home, listing
+from service.cli.client import Client, CliError, add_server_arg, home, listing, print_json
+from service.core import durations
 
 WHO_RUNS_JOBS = """\
 Who a job runs as: a worker started as root runs each job under a uid of its own from
@@ -31,7 +32,9 @@ def add(sub: Any) -> None:  # noqa: ANN401
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_server_arg(p)
-    p.add_argument("action", nargs="?", choices=["list", "drain", "disable", "enable"])
+    p.add_argument(
+        "action", nargs="?", choices=["list", "drain", "disable", "enable", "join-token"]
+    )
     p.add_argument("name", nargs="?", help="the worker, for drain/disable/enable")
     p.add_argument("--pool", help="the pool this worker serves (to run one)")
     p.add_argument(
@@ -62,6 +65,17 @@ def add(sub: Any) -> None:  # noqa: ANN401
         metavar="DIR",
         help="where jobs' working directories go (default /var/tmp/berth-work as root)",
     )
+    p.add_argument(
+        "--orphan-exit-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="exit after S seconds without reaching a server, when holding no job (0: never)",
+    )
+    p.add_argument("--provisioned", default="", help=argparse.SUPPRESS)  # labels, for `list`
+    j = p.add_argument_group("join-token (a one-time token for a new node)")
+    j.add_argument("--tenant", action="append", default=[], dest="tenants", metavar="T")
+    j.add_argument("--expires", default="1h", metavar="DURATION", help="90s, 15m, 1h, 30d")
     p.set_defaults(func=dispatch)
 
 
@@ -70,6 +84,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return run(args)
     if args.action == "list":
         return list_workers(args)
+    if args.action == "join-token":
+        return join_token(args)
     if not args.name:
         raise CliError(f"berth worker {args.action} NAME: which worker?")
     out = Client(args.server).call("POST", f"/api/v1/workers/{args.name}/{args.action}")
@@ -78,14 +94,24 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from service.worker import environment, hardening  # noqa: PLC0415  (keeps `list` light)
+    # The worker's modules load only to run one: `list` and the rest stay light.
+    from service.worker import credential, environment, hardening  # noqa: PLC0415
     from service.worker import main as worker_main  # noqa: PLC0415
 
-    token = os.environ.get("BERTH_TOKEN", "").strip()
+    worker_home = home()
+    stored = credential.load(worker_home)
+    joining = os.environ.get("BERTH_JOIN_TOKEN", "").strip()
+    token = stored or os.environ.get("BERTH_TOKEN", "").strip() or joining
     if not token:
-        raise CliError("set BERTH_TOKEN to this worker's token (berth token create NAME)")
-    if not args.pool:
+        raise CliError(
+            "no credential: set BERTH_TOKEN (berth token create NAME --kind worker) or "
+            "BERTH_JOIN_TOKEN (berth worker join-token --pool POOL)"
+        )
+    bound = bool(stored or (joining and token == joining))  # the server knows its pool
+    if not args.pool and not bound:
         raise CliError("--pool is required to run a worker")
+    if args.orphan_exit_seconds < 0:
+        raise CliError("--orphan-exit-seconds must be >= 0")
     server = args.server or os.environ.get("BERTH_SERVER") or "http://127.0.0.1:8443"
     if args.parallel < 0:
         raise CliError("--parallel must be >= 0")
@@ -103,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"--run-as {args.run_as}: no such user") from None
     labels = tuple(sorted({x.strip() for x in args.labels.split(",") if x.strip()}))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    worker_home = home()
-    worker_home.mkdir(parents=True, exist_ok=True)
+    worker_home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    worker_home.chmod(0o700)  # its credential and state: the worker's alone
     opts = worker_main.Options(
         server=server,
         token=token,
@@ -118,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         uid_range=uid_range,
         run_as=args.run_as,
         work_dir=args.work_dir,
+        orphan_exit_seconds=args.orphan_exit_seconds,
     )
     # Jobs may run as this user: they must not read this process's environment (its token).
     hardening.undumpable()
@@ -125,6 +152,37 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(worker_main.run(opts))
     except KeyboardInterrupt:
         return 130
+
+
+def join_token(args: argparse.Namespace) -> int:
+    """A one-time join token, and the command that runs the node with it."""
+    if not args.pool:
+        raise CliError("berth worker join-token --pool POOL: which pool will the node serve?")
+    try:
+        expires = durations.seconds(args.expires)
+    except ValueError as exc:
+        raise CliError(f"--expires: {exc}") from None
+    client = Client(args.server)
+    labels = sorted({x.strip() for x in args.labels.split(",") if x.strip()})
+    body: dict[str, Any] = {
+        "pool": args.pool,
+        "labels": labels,
+        "tenants": args.tenants,
+        "expires_seconds": expires,
+    }
+    if args.worker_name:
+        body["name"] = args.worker_name
+    out = client.call("POST", "/api/v1/workers/join-tokens", body)
+    if args.json:
+        print_json(out)
+        return 0
+    print(out["token"])
+    print(
+        f"node {out['name']} (pool {out['pool']}); on it, within {args.expires}:\n"
+        f"  {out['command']}",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def _uid_range(text: str) -> tuple[int, int]:

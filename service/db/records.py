@@ -34,6 +34,9 @@ class TokenRecord(Record):
     created_at: datetime
     expires_at: datetime
     revoked_at: datetime | None
+    pool: str | None  # bound by a join token; None: the worker names its pool
+    labels: list[str] | None
+    rotated_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

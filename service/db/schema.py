@@ -52,6 +52,14 @@ tokens = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Column("revoked_at", DateTime(timezone=True)),
+    # Two-phase rotation of a worker's credential: the next hash is valid from the moment the
+    # server sends it; once the worker confirms it stored it, it replaces `hash`.
+    Column("next_hash", LargeBinary, unique=True),
+    Column("rotated_at", DateTime(timezone=True)),
+    # A worker credential made by a join token is bound: its pool and labels are the server's
+    # choice, not what the worker says in its hello. NULL: the worker names them.
+    Column("pool", String(128)),
+    Column("labels", ARRAY(String(256))),
     # One unrevoked token per name: a worker's name is its token's name.
     Index("tokens_one_live_name", "name", unique=True, postgresql_where=text("revoked_at IS NULL")),
 )
@@ -207,4 +215,73 @@ secrets = Table(
     Column("created_by", String(200), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     UniqueConstraint("tenant", "name"),
+)
+
+# Operator overrides of config keys (`berth limits`), in force on every server from its next
+# pass; berth.toml stays the default.
+limits = Table(
+    "limits",
+    metadata,
+    Column("key", String(200), primary_key=True),  # e.g. pools.gpu.provisioner.max
+    Column("value", JSONB, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("set_by", String(200), nullable=False),
+    Column("set_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+)
+
+# This installation's id, made by the first migration and kept: provisioned workers are
+# labelled with it, so a new leader finds what an old one started (and nobody else's).
+installation = Table(
+    "installation",
+    metadata,
+    Column("id", UUID(as_uuid=False), primary_key=True, server_default=text("gen_random_uuid()")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+)
+
+# One-time join tokens: a node trades one for a credential of its own at its first attach.
+# The token binds the pool, labels, tenants and name; the server decides them, not the worker.
+join_tokens = Table(
+    "join_tokens",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("hash", LargeBinary, nullable=False, unique=True),
+    Column("name", String(128), nullable=False),
+    Column("pool", String(128), nullable=False),
+    Column("labels", ARRAY(String(256)), nullable=False, server_default="{}"),
+    Column("tenants", ARRAY(String(128)), nullable=False, server_default="{}"),
+    Column("created_by", String(200), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("spent_at", DateTime(timezone=True)),
+)
+
+# Workers the provisioning loop started (or is starting): its intent, written before it calls
+# the provider, and what the provider last said.
+provisioned = Table(
+    "provisioned",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("pool", String(128), nullable=False),
+    Column("provider", String(32), nullable=False),
+    Column("state", String(16), nullable=False, server_default="starting"),
+    Column("provider_id", String(256), nullable=False, server_default=""),
+    Column("detail", Text, nullable=False, server_default=""),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    # Last time the loop saw it hold a lease (or start): idle_seconds counts from here.
+    Column("busy_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Index(
+        "ix_provisioned_active", "pool", postgresql_where=text("state NOT IN ('stopped', 'failed')")
+    ),
+)
+
+# Per provisioned pool: start failures in a row and when the next start may be tried.
+pool_health = Table(
+    "pool_health",
+    metadata,
+    Column("pool", String(128), primary_key=True),
+    Column("failures", Integer, nullable=False, server_default="0"),
+    Column("next_try_at", DateTime(timezone=True)),
+    Column("last_error", Text, nullable=False, server_default=""),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
 )

@@ -12,9 +12,11 @@ from service.core.states import Liveness, WorkerState, shown_worker_state
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import leases as leases_q
+from service.db.queries import provisioning as prov_q
 from service.db.queries import workers as workers_q
 from service.db.records import WorkerRecord
 from service.domain import audit
+from service.domain.limits import InForce
 
 
 def host_of(raw: Mapping[str, Any]) -> HostSample | None:
@@ -62,13 +64,32 @@ class WorkerRow:
     slots: dict[str, int]
 
 
-async def list_workers(db: Database, pools: Mapping[str, PoolSpec]) -> list[WorkerRow]:
+@dataclass(frozen=True, slots=True)
+class Starting:
+    """A provisioned worker asked for but not attached yet (it has no worker row)."""
+
+    name: str
+    pool: str
+    age: float
+
+
+async def list_workers(
+    db: Database, pools: Mapping[str, PoolSpec]
+) -> tuple[list[WorkerRow], list[Starting]]:
+    """Workers with why each gets no lease, and provisioned ones still starting.
+
+    A provisioned worker that ended (drained and stopped, or confirmed gone) is not listed.
+    """
     async with db.begin() as conn:
         records = await workers_q.list_all(conn)
         used = await leases_q.live_counts(conn, [w.id for w in records])
         waiting = await jobs_q.queued(conn, limit=500)
+        ended = await prov_q.ended_names(conn)
+        starting = await prov_q.starting_without_worker(conn)
     rows = []
     for w in records:
+        if w.name in ended:
+            continue
         view = view_of(w, used.get(w.id, {}))
         pool = pools.get(w.pool)
         has_job = any(
@@ -88,7 +109,7 @@ async def list_workers(db: Database, pools: Mapping[str, PoolSpec]) -> list[Work
                 slots=dict(pool.slots) if pool else {},
             )
         )
-    return rows
+    return rows, [Starting(r["name"], r["pool"], r["age"]) for r in starting]
 
 
 async def set_state(
@@ -120,23 +141,59 @@ def parse_state(verb: str) -> WorkerState:
 
 
 async def status(
-    db: Database, pools: Mapping[str, PoolSpec], *, tenants: frozenset[str] | None = None
+    db: Database, in_force: InForce, *, tenants: frozenset[str] | None = None
 ) -> dict[str, Any]:
-    """Capacity and queues; per-tenant counts only for the tenants the caller holds."""
+    """Capacity and queues; per-tenant counts only for the tenants the caller holds.
+
+    Pools show the values in force (berth.toml with the limits this server applies), and
+    each limit its berth.toml value, reason, who and when.
+    """
     async with db.begin() as conn:
         depth = await jobs_q.queue_depth(conn)
         running = await jobs_q.running_counts(conn)
         workers = await workers_q.list_all(conn)
+        counts = await prov_q.counts(conn)
+        health = await prov_q.health(conn)
     return {
         "pools": {
             name: {
                 "slots": dict(p.slots),
+                "max_load": p.max_load,
+                "min_memory_gb": p.min_memory_gb,
+                "min_disk_gb": p.min_disk_gb,
+                "provisioner": _provisioner(in_force, name, counts, health),
                 "workers": sum(1 for w in workers if w.pool == name and w.server_id),
+                "limits": in_force.shown(pool=name),
             }
-            for name, p in pools.items()
+            for name, p in in_force.pools().items()
         },
         "queued": [{"pool": p, "kind": k, "jobs": n} for p, k, n in depth],
         "running": sum(running.values()),
         "running_by_tenant": {t: n for t, n in running.items() if tenants is None or t in tenants},
-        "limits": [],
+        "limits": in_force.shown(),
+    }
+
+
+def _provisioner(
+    in_force: InForce,
+    pool: str,
+    counts: Mapping[str, Mapping[str, int]],
+    health: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any] | None:
+    """The provisioner in force: its max, its workers by state, and failed starts.
+
+    Failed starts say why, and when the next start is tried.
+    """
+    p = in_force.config.pools.get(pool)
+    if p is None or p.provisioner is None:
+        return None
+    h = health.get(pool, {})
+    return {
+        "max": p.provisioner.max,
+        "idle_seconds": p.provisioner.idle_seconds,
+        "provider": p.provisioner.compute.provider,
+        "workers": dict(counts.get(pool, {})),
+        "failures": int(h.get("failures", 0)),
+        "last_error": str(h.get("last_error", "")),
+        "retry_in": round(float(h.get("retry_in", 0.0)), 1),
     }

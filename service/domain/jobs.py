@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.auth.callers import Caller
+from service.config import Config
 from service.core import placement
 from service.core.errors import Forbidden, Invalid, NotFound
 from service.core.placement import PoolSpec
@@ -15,7 +16,7 @@ from service.db.queries import jobs as jobs_q
 from service.db.queries import leases as leases_q
 from service.db.queries import workers as workers_q
 from service.db.records import JobRecord, OutputChunk
-from service.domain import audit, secrets
+from service.domain import audit, provisioning, secrets
 from service.domain.fleet import worker_views
 from service.domain.tokens import DEFAULT_TENANT, check_name
 
@@ -128,15 +129,23 @@ async def get(db: Database, caller: Caller, job_id: int) -> JobRecord:
     return job
 
 
-async def waiting_for(db: Database, job: JobRecord, pools: Mapping[str, PoolSpec]) -> str:
-    """What a queued job waits for, in words; "" for a job that is not queued."""
+async def waiting_for(
+    db: Database, job: JobRecord, pools: Mapping[str, PoolSpec], cfg: Config | None = None
+) -> str:
+    """What a queued job waits for, in words; "" for a job that is not queued.
+
+    With the config in force, a job of a provisioned pool also hears what its provisioner does
+    about it (starting workers, backing off after failed starts, held at max).
+    """
     if job.state != JobState.QUEUED:
         return ""
     async with db.begin() as conn:
         workers = await workers_q.list_all(conn)
         used = await leases_q.live_counts(conn, [w.id for w in workers])
     views = worker_views(workers, used)
-    return placement.waiting_for(placement.JobWant.of(job), views, pools)
+    reason = placement.waiting_for(placement.JobWant.of(job), views, pools)
+    note = await provisioning.note(db, cfg, job.pool) if cfg is not None else ""
+    return f"{reason}; {note}" if note else reason
 
 
 async def list_visible(

@@ -19,8 +19,9 @@ from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import leases as leases_q
 from service.db.queries import reports as reports_q
+from service.db.queries import tokens as tokens_q
 from service.db.queries import workers as workers_q
-from service.db.records import JobRecord, WorkerRecord
+from service.db.records import JobRecord, TokenRecord, WorkerRecord
 from service.domain import audit
 
 log = structlog.get_logger(__name__)
@@ -53,16 +54,20 @@ async def attach(
             f"protocol {hello.protocol} is not the server's ({protocol.PROTOCOL_VERSION}); "
             "install the server's berth version"
         )
-    if hello.pool not in pools:
-        raise Refusal(f"unknown pool {hello.pool!r}; the server has {', '.join(sorted(pools))}")
     async with db.begin() as conn:
+        bound = (
+            await tokens_q.live_by_name(conn, name=caller.credential) if caller.credential else None
+        )
+        pool, labels = _placement_of(hello, bound)
+        if pool not in pools:
+            raise Refusal(f"unknown pool {pool!r}; the server has {', '.join(sorted(pools))}")
         worker, previous = await workers_q.attach(
             conn,
             name=caller.name,
-            pool=hello.pool,
+            pool=pool,
             instance=hello.instance,
             server_id=server_id,
-            labels=hello.labels,
+            labels=labels,
             tenants=sorted(caller.tenants),
             parallel=hello.parallel,
             host=_host(hello.host),
@@ -78,7 +83,7 @@ async def attach(
         freed = await leases_q.expire(conn, worker_ids=[worker.id], only=sorted(live - live_held))
         if freed:
             await jobs_q.notify_jobs(conn)
-        await audit.record(conn, caller, "worker.attached", worker.name, pool=hello.pool)
+        await audit.record(conn, caller, "worker.attached", worker.name, pool=pool)
     log.info(
         "worker_attached",
         worker=worker.name,
@@ -88,6 +93,20 @@ async def attach(
     )
     drop = tuple(sorted(set(held) - live_held))
     return Attached(worker=worker, drop=drop, freed=len(freed))
+
+
+def _placement_of(hello: protocol.Hello, bound: TokenRecord | None) -> tuple[str, tuple[str, ...]]:
+    """The worker's pool and labels.
+
+    Its credential's when a join token bound them (the server decides), else its hello's.
+    """
+    if bound is not None and bound.pool is not None:
+        if hello.pool is not None and hello.pool != bound.pool:
+            raise Refusal(f"this worker's credential binds pool {bound.pool!r}, not {hello.pool!r}")
+        return bound.pool, tuple(bound.labels or ())
+    if hello.pool is None:
+        raise Refusal("say which pool this worker serves (berth worker --pool)")
+    return hello.pool, hello.labels
 
 
 def _host(host: protocol.Host) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from service import __version__, protocol
-from service.worker import host, workdirs
+from service.worker import credential, host, workdirs
 from service.worker.jobusers import DEFAULT_RANGE, NoFreeUid, Users
 from service.worker.outbox import DEFAULT_LIMIT, Outbox
 from service.worker.runner import Outcome, Run
@@ -47,8 +47,8 @@ class Refused(Exception):
 @dataclass(frozen=True)
 class Options:
     server: str
-    token: str
-    pool: str
+    token: str  # BERTH_TOKEN, or a one-time join token (brj_...); a stored credential wins
+    pool: str | None  # None: its credential binds it (a joined worker)
     home: Path
     labels: tuple[str, ...] = ()
     parallel: int = 0
@@ -60,6 +60,8 @@ class Options:
     run_as: str = ""
     work_dir: Path | None = None  # parent of the work root; default /var/tmp/berth-work
     outbox_bytes: int = DEFAULT_LIMIT
+    # A provisioned worker that cannot reach the server this long, holding no job, exits.
+    orphan_exit_seconds: float = 0.0  # 0: never
     # Where --pass-env and the base (PATH, LANG, TZ, LC_*) are read from: the worker's own.
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
@@ -80,11 +82,15 @@ class Worker:
     _dials: int = 0  # connection attempts: picks the next of several --server URLs
     _digest: str = ""
     _work_root: Path | None = None
+    _token: str = ""
+    _reached: float = field(default_factory=time.monotonic)  # last time a session was up
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # SIGTERM/SIGINT
 
     def __post_init__(self) -> None:
         self.outbox = Outbox(self.opts.outbox_bytes)
         self.users = Users(uid_range=self.opts.uid_range, run_as=self.opts.run_as)
+        # A credential of its own (joined, maybe rotated since) wins over the environment's.
+        self._token = credential.load(self.opts.home) or self.opts.token
 
     # -- the outer loop ----------------------------------------------------------------------
     async def run(self) -> int:
@@ -124,6 +130,9 @@ class Worker:
                     self._dials += 1
                 if self._told_to_exit():
                     break
+                if self._orphaned():
+                    self.exit_code, self.exit_reason = 0, "orphaned: no server for too long"
+                    break
                 await asyncio.sleep(backoff * (0.5 + random.random()))  # noqa: S311  (jitter)
                 backoff = min(backoff * 2, BACKOFF_MAX)
         finally:
@@ -139,6 +148,14 @@ class Worker:
     def _told_to_exit(self) -> bool:
         return self.exit_code is not None  # a method: set by the session, unseen by mypy here
 
+    def _orphaned(self) -> bool:
+        """A provisioned worker that reached no server for a while and holds no job ends.
+
+        Its leader may be gone for good, and nobody else would stop it.
+        """
+        limit = self.opts.orphan_exit_seconds
+        return limit > 0 and not self.runs and time.monotonic() - self._reached > limit
+
     def _url(self) -> str:
         """The websocket URL of the server to dial now; `--server a,b` rotates on failure."""
         servers = [s.strip() for s in self.opts.server.split(",") if s.strip()]
@@ -148,7 +165,7 @@ class Worker:
         return base + protocol.WORKER_PATH
 
     async def _session(self) -> None:
-        headers = {"Authorization": f"Bearer {self.opts.token}"}
+        headers = {"Authorization": f"Bearer {self._token}"}
         if self.opts.name:  # behind a proxy, a worker sharing one credential names itself
             headers[WORKER_HEADER] = self.opts.name
         url = self._url()
@@ -170,8 +187,10 @@ class Worker:
             if not isinstance(first, protocol.Welcome):
                 raise Refused(f"unexpected first frame {type(first).__name__}")
             self.welcome = first
-            self.last_ack = time.monotonic()
-            log.info("attached as %s (instance %s)", first.name, self.instance[:8])
+            self.last_ack = self._reached = time.monotonic()
+            log.info(
+                "attached as %s in pool %s (instance %s)", first.name, first.pool, self.instance[:8]
+            )
             for job, epoch in first.drop:
                 self.outbox.forget((job, epoch))
                 await self._kill((job, epoch), "fenced")
@@ -184,6 +203,7 @@ class Worker:
             try:
                 await self._reader(ws)
             finally:
+                self._reached = time.monotonic()
                 for task in helpers:
                     task.cancel()
                 await asyncio.gather(*helpers, return_exceptions=True)
@@ -208,13 +228,11 @@ class Worker:
             frame = protocol.decode_to_worker(raw)
             match frame:
                 case protocol.Ack():
-                    self.last_ack = time.monotonic()
+                    self.last_ack = self._reached = time.monotonic()
                 case protocol.Received():
                     self.outbox.received(frame.upto)
-                case protocol.Lease():
-                    self._start(frame)
-                case protocol.Leases():
-                    for lease in frame.leases:
+                case protocol.Lease() | protocol.Leases():
+                    for lease in frame.leases if isinstance(frame, protocol.Leases) else (frame,):
                         self._start(lease)
                 case protocol.Cancel():
                     await self._kill((frame.job, frame.epoch), "cancelled")
@@ -226,10 +244,19 @@ class Worker:
                     if frame.code:
                         await self._stop_all("exit")
                     return
+                case protocol.Credential():
+                    await self._keep_credential(ws, frame.token)
                 case protocol.Refused():
                     raise Refused(frame.reason)
                 case protocol.Welcome():
                     pass
+
+    async def _keep_credential(self, ws: ClientConnection, token: str) -> None:
+        """Store the credential, then confirm: the server retires the old one only after."""
+        await asyncio.to_thread(credential.store, self.opts.home, token)
+        self._token = token
+        await ws.send(protocol.encode(protocol.CredentialStored()).decode())
+        log.info("stored a new credential")
 
     async def _leave_when_stopped(self, ws: ClientConnection) -> None:
         """On SIGTERM: stop every job, let the server receive every report, then say bye."""

@@ -5,9 +5,10 @@ its loops do not run, so nothing is dispatched unless a test does it. The app ru
 test's own event loop (httpx's ASGI transport), so it shares the database pool with the test.
 """
 
+import contextlib
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,3 +69,34 @@ async def api(db_url: str) -> AsyncIterator[Api]:
     async with httpx.AsyncClient(transport=transport, base_url="http://berth.test") as client:
         yield Api(client=client, rt=rt, admin=admin)
     await database.dispose()
+
+
+@pytest.fixture
+async def api_with(db_url: str) -> AsyncIterator[Callable[[dict[str, Any]], Awaitable[Api]]]:
+    """Like `api`, on a config of the test's own (BERTH_CONFIG_JSON's shape): `await
+    api_with({...})`. Apps made in one test share its database (as servers share one) and its
+    admin token."""
+    admins: list[str] = []
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def make(extra: dict[str, Any]) -> Api:
+            cfg = config(extra)
+            database = Database(db_url)
+            stack.push_async_callback(database.dispose)
+            rt = Runtime(
+                config=cfg,
+                db=database,
+                server_id=f"test-{len(admins)}",
+                version="test",
+                pools=cfg.pool_specs(),
+                secret_key=KEY,
+            )
+            admin = await tokens.ensure_admin(database)
+            admins.append(admin or admins[0])
+            transport = httpx.ASGITransport(app=create_app(rt))
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(transport=transport, base_url="http://berth.test")
+            )
+            return Api(client=client, rt=rt, admin=admins[-1])
+
+        yield make

@@ -9,6 +9,7 @@ import structlog
 
 from service import protocol
 from service.api.channel.beats import Heartbeats
+from service.api.channel.credentials import Credentials
 from service.api.channel.dispatcher import Dispatcher
 from service.api.channel.notices import Notices
 from service.api.channel.reports import ReportBatcher
@@ -28,6 +29,7 @@ class Hub:
         self.beats = Heartbeats(rt)
         self.notices = Notices(rt, self.sessions, self.dispatcher.poke)
         self.reports = ReportBatcher(rt, self._freed)
+        self.credentials = Credentials(rt)
         self._tasks: set[asyncio.Future[None]] = set()
 
     def poke(self) -> None:

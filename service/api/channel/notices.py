@@ -35,7 +35,7 @@ class Notices:
             log.warning("bad_worker_notice", payload=payload[:200])
             return
         op = notice.get("op")
-        if op == "revoke":
+        if op in ("revoke", "rotated"):  # the credential it had is no good any more
             self.rt.forget_caller(name)
         session = self.sessions.by_name(name)
         if session is None:
@@ -62,4 +62,5 @@ class Notices:
         except BerthError:
             return
         if empty:
+            session.left = True  # it leaves on purpose: gone, not silent
             session.send(protocol.Exit(reason="drained", code=0))

@@ -20,9 +20,10 @@ from service import protocol
 from service.api.channel.hub import Hub
 from service.api.channel.session import Session
 from service.api.identity import identify, runtime_of
+from service.api.runtime import Runtime
 from service.auth.permissions import Perm, allowed
 from service.core.errors import BerthError
-from service.domain import leasing
+from service.domain import joining, leasing
 
 log = structlog.get_logger(__name__)
 
@@ -52,22 +53,7 @@ async def attach(socket: WebSocket[Any, Any, Any]) -> None:
     hub = rt.the_hub()
     await socket.accept()
     try:
-        caller = await identify(socket)
-        if not allowed(caller, Perm.WORKER_PROTOCOL):
-            raise leasing.Refusal("this credential is not a worker's")
-        raw = await asyncio.wait_for(socket.receive_text(), timeout=HELLO_TIMEOUT)
-        version = msgspec.json.decode(raw, type=_Version).protocol
-        if version != protocol.PROTOCOL_VERSION:
-            raise leasing.Refusal(
-                f"protocol {version} is not the server's ({protocol.PROTOCOL_VERSION}); "
-                "install the server's berth version"
-            )
-        hello = _decode(raw)
-        if not isinstance(hello, protocol.Hello):
-            raise leasing.Refusal("the first frame must be hello")
-        attached = await leasing.attach(
-            rt.db, caller, hello, server_id=rt.server_id, pools=rt.pools
-        )
+        attached, credential = await _admit(socket, rt)
     except (BerthError, BadFrame, msgspec.ValidationError, msgspec.DecodeError) as exc:
         reason = exc.message if isinstance(exc, BerthError) else str(exc)
         if isinstance(exc, msgspec.MsgspecError):
@@ -79,20 +65,14 @@ async def attach(socket: WebSocket[Any, Any, Any]) -> None:
             await socket.close(code=4002)
         return
     session = Session(worker=attached.worker, socket=socket)
-    ex = rt.config.executor
-    welcome = protocol.Welcome(
-        name=attached.worker.name,
-        heartbeat_seconds=ex.heartbeat_seconds,
-        unreachable_seconds=ex.unreachable_seconds,
-        evict_seconds=ex.evict_seconds,
-        kill_grace_seconds=ex.kill_grace_seconds,
-        drop=attached.drop,
-    )
     with contextlib.suppress(Exception):
-        await socket.send_text(protocol.encode(welcome).decode())
+        await socket.send_text(protocol.encode(_welcome(rt, attached)).decode())
     session.start()
+    if credential:  # joined: the worker stores its own credential now
+        session.send(protocol.Credential(token=credential))
     hub.add(session)
     structlog.contextvars.bind_contextvars(worker=attached.worker.name)
+    rotation = asyncio.create_task(hub.credentials.rotate_when_due(session))
     try:
         await _serve(session, hub)
     except BadFrame as exc:
@@ -100,6 +80,7 @@ async def attach(socket: WebSocket[Any, Any, Any]) -> None:
         session.send(protocol.Refused(reason=str(exc)))
         await session.close(4001, str(exc))
     finally:
+        rotation.cancel()
         await session.stop()
         if hub.remove(session):
             with contextlib.suppress(Exception):
@@ -108,6 +89,56 @@ async def attach(socket: WebSocket[Any, Any, Any]) -> None:
                 )
         hub.poke()
         log.info("worker_detached", worker=session.worker.name, left=session.left)
+
+
+async def _admit(socket: WebSocket[Any, Any, Any], rt: Runtime) -> tuple[leasing.Attached, str]:
+    """Who it is, its hello, and its admission; raise with the reason it is refused.
+
+    Returns the attachment and, after a join, the credential the worker is to store.
+    """
+    credential = ""
+    bearer = _bearer(socket)
+    if joining.looks_like(bearer):
+        if rt.config.network.auth == "proxy":
+            raise leasing.Refusal(
+                "join tokens are for token mode; behind a proxy, workers use the shared credential"
+            )
+        caller, credential = await joining.trade(rt.db, bearer)
+    else:
+        caller = await identify(socket)
+    if not allowed(caller, Perm.WORKER_PROTOCOL):
+        raise leasing.Refusal("this credential is not a worker's")
+    raw = await asyncio.wait_for(socket.receive_text(), timeout=HELLO_TIMEOUT)
+    version = msgspec.json.decode(raw, type=_Version).protocol
+    if version != protocol.PROTOCOL_VERSION:
+        raise leasing.Refusal(
+            f"protocol {version} is not the server's ({protocol.PROTOCOL_VERSION}); "
+            "install the server's berth version"
+        )
+    hello = _decode(raw)
+    if not isinstance(hello, protocol.Hello):
+        raise leasing.Refusal("the first frame must be hello")
+    attached = await leasing.attach(rt.db, caller, hello, server_id=rt.server_id, pools=rt.pools)
+    return attached, credential
+
+
+def _welcome(rt: Runtime, attached: leasing.Attached) -> protocol.Welcome:
+    ex = rt.config.executor
+    return protocol.Welcome(
+        name=attached.worker.name,
+        heartbeat_seconds=ex.heartbeat_seconds,
+        unreachable_seconds=ex.unreachable_seconds,
+        evict_seconds=ex.evict_seconds,
+        kill_grace_seconds=ex.kill_grace_seconds,
+        drop=attached.drop,
+        pool=attached.worker.pool,
+        labels=tuple(attached.worker.labels),
+    )
+
+
+def _bearer(socket: WebSocket[Any, Any, Any]) -> str:
+    scheme, _, value = socket.headers.get("authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
 
 
 async def _refuse(socket: WebSocket[Any, Any, Any], reason: str) -> None:
@@ -133,5 +164,7 @@ async def _serve(session: Session, hub: Hub) -> None:
                 hub.reports.add(session, report)
             case protocol.Bye() as bye:
                 hub.bye(session, bye)
+            case protocol.CredentialStored():
+                hub.credentials.stored(session)
             case protocol.Hello():
                 raise BadFrame("bad frame: hello was already said on this connection")

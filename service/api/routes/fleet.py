@@ -5,6 +5,7 @@ from typing import Any
 from litestar import Request, get, post
 from litestar.params import FromPath
 
+from service.api import limits_watch
 from service.api.identity import identify, request_id, runtime_of
 from service.auth.permissions import Perm
 from service.domain import fleet
@@ -38,7 +39,33 @@ def worker_json(row: fleet.WorkerRow) -> dict[str, Any]:
 @get("/api/v1/workers", opt={"perm": Perm.FLEET_READ})
 async def list_workers(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
     rt = runtime_of(request)
-    return [worker_json(r) for r in await fleet.list_workers(rt.db, rt.pools)]
+    rows, starting = await fleet.list_workers(rt.db, rt.pools)
+    return [worker_json(r) for r in rows] + [starting_json(s, rt) for s in starting]
+
+
+def starting_json(s: fleet.Starting, rt: Any) -> dict[str, Any]:  # noqa: ANN401  (Runtime)
+    """A provisioned worker not attached yet, shaped like the others."""
+    slots = rt.pools[s.pool].slots if s.pool in rt.pools else {}
+    return {
+        "name": s.name,
+        "pool": s.pool,
+        "state": "starting",
+        "labels": [],
+        "tenants": [],
+        "seen_seconds_ago": round(s.age, 1),
+        "no_lease": "starting",
+        "load": None,
+        "cpus": None,
+        "free_memory_gb": None,
+        "free_disk_gb": None,
+        "gpus": [],
+        "slots": {k: {"used": 0, "total": n} for k, n in slots.items()},
+        "parallel": 0,
+        "attached": False,
+        "python": "",
+        "env_digest": "",
+        "version": "",
+    }
 
 
 @post("/api/v1/workers/{name:str}/{action:str}", opt={"perm": Perm.FLEET_WRITE}, status_code=200)
@@ -57,25 +84,16 @@ async def set_worker_state(
 
 @get("/api/v1/pools", opt={"perm": Perm.FLEET_READ})
 async def pools(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
+    """Each pool with the values in force on this server, and the limits that set them."""
     rt = runtime_of(request)
-    status = await fleet.status(rt.db, rt.pools)
-    return [
-        {
-            "name": name,
-            "slots": dict(p.slots),
-            "max_load": p.max_load,
-            "min_memory_gb": p.min_memory_gb,
-            "min_disk_gb": p.min_disk_gb,
-            "workers": status["pools"][name]["workers"],
-        }
-        for name, p in sorted(rt.pools.items())
-    ]
+    status = await fleet.status(rt.db, limits_watch.in_force(rt))
+    return [{"name": name, **p} for name, p in sorted(status["pools"].items())]
 
 
 @get("/api/v1/status", opt={"perm": Perm.FLEET_READ})
 async def status(request: Request[Any, Any, Any]) -> dict[str, Any]:
     rt = runtime_of(request)
     caller = await identify(request)
-    out = await fleet.status(rt.db, rt.pools, tenants=caller.tenant_filter())
+    out = await fleet.status(rt.db, limits_watch.in_force(rt), tenants=caller.tenant_filter())
     out["server"] = {"id": rt.server_id, "version": rt.version}
     return out

@@ -138,7 +138,7 @@ async def show(request: Request[Any, Any, Any], job_id: FromPath[int]) -> dict[s
     rt = runtime_of(request)
     caller = await identify(request)
     job = await jobs.get(rt.db, caller, _id(job_id))
-    return job_json(job, await jobs.waiting_for(rt.db, job, rt.pools))
+    return job_json(job, await jobs.waiting_for(rt.db, job, rt.pools, rt.effective))
 
 
 @post("/api/v1/jobs/{job_id:int}/cancel", opt={"perm": Perm.JOBS_WRITE}, status_code=200)

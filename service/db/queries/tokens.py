@@ -1,6 +1,6 @@
 """SQL for berth's bearer tokens. Only hashes are stored."""
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.records import TokenRecord
@@ -18,6 +18,8 @@ async def create(
     tenants: list[str],
     created_by: str,
     expires_days: float,
+    pool: str | None = None,
+    labels: list[str] | None = None,
 ) -> TokenRecord:
     """Insert a token; raises Conflict (translated) when a live token already has the name."""
     row = (
@@ -29,6 +31,8 @@ async def create(
                 hash=digest,
                 tenants=tenants,
                 created_by=created_by,
+                pool=pool,
+                labels=labels,
                 expires_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, expires_days * 86400),
             )
             .returning(*_COLS)
@@ -42,7 +46,8 @@ async def by_digest(conn: AsyncConnection, digest: bytes) -> tuple[TokenRecord, 
     row = (
         await conn.execute(
             select(*_COLS, (tokens.c.expires_at > func.now()).label("fresh")).where(
-                tokens.c.hash == digest
+                # A credential being rotated: the next one is valid from the moment it is sent.
+                or_(tokens.c.hash == digest, tokens.c.next_hash == digest)
             )
         )
     ).one_or_none()
@@ -102,3 +107,45 @@ async def lock_live_admins(conn: AsyncConnection) -> list[str]:
 async def any_admin(conn: AsyncConnection) -> bool:
     row = await conn.execute(select(tokens.c.id).where(tokens.c.kind == "admin").limit(1))
     return row.first() is not None
+
+
+async def begin_rotation(conn: AsyncConnection, *, name: str, digest: bytes) -> bool:
+    """Make `digest` the live token's next credential (both valid); False when it is gone."""
+    row = await conn.execute(
+        update(tokens)
+        .where(tokens.c.name == name, tokens.c.revoked_at.is_(None))
+        .values(next_hash=digest)
+        .returning(tokens.c.id)
+    )
+    return row.first() is not None
+
+
+async def finish_rotation(conn: AsyncConnection, *, name: str) -> bool:
+    """The worker stored its next credential: it replaces the old one, which stops working."""
+    row = await conn.execute(
+        update(tokens)
+        .where(tokens.c.name == name, tokens.c.revoked_at.is_(None), tokens.c.next_hash.isnot(None))
+        .values(hash=tokens.c.next_hash, next_hash=None, rotated_at=func.now())
+        .returning(tokens.c.id)
+    )
+    return row.first() is not None
+
+
+async def rotation_due(conn: AsyncConnection, *, name: str, hours: float) -> float | None:
+    """Seconds until the live bound credential `name` is due to rotate (<= 0: now).
+
+    None when it is not one that rotates (not bound by a join token, or gone).
+    """
+    row = (
+        await conn.execute(
+            select(
+                func.extract(
+                    "epoch",
+                    func.coalesce(tokens.c.rotated_at, tokens.c.created_at)
+                    + func.make_interval(0, 0, 0, 0, 0, 0, hours * 3600)
+                    - func.now(),
+                )
+            ).where(tokens.c.name == name, tokens.c.revoked_at.is_(None), tokens.c.pool.isnot(None))
+        )
+    ).one_or_none()
+    return float(row[0]) if row else None

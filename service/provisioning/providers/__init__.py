@@ -24,7 +24,8 @@ def open_provider(compute: Compute, *, home: Path) -> Provider:
         from service.provisioning.providers import process  # noqa: PLC0415  (no extra needed)
 
         env = compute.env if isinstance(compute.env, dict) else None
-        return process.ProcessProvider(home, env=env)
+        command = compute.command if isinstance(compute.command, list) else None
+        return process.ProcessProvider(home, env=env, command=command)
     library, extra = _LIBRARIES[compute.provider]
     try:
         client = importlib.import_module(library)
