@@ -168,3 +168,53 @@ def _orphan(p: psutil.Process, home) -> bool:
         return "--provisioned" in p.cmdline() and str(home) in p.environ().get("BERTH_HOME", "")
     except psutil.Error:
         return False
+
+
+class TestLimits:
+    def test_max_zero_drains_and_unset_brings_workers_back(self, server_factory, tmp_path):
+        """`limits set pools.gpu.provisioner.max=0` while jobs run: the running ones finish, no
+        worker starts, the rest stay queued saying why; `unset` brings workers back."""
+        s = server_factory(config(), builtin_worker=False)
+        ids = submit(s, 12, 2.0)
+        wait_for(
+            lambda: sum(j["state"] == "running" for j in jobs(s).values()) == 6,
+            60,
+            "three workers running two jobs each",
+        )
+        r = s.cli("limits", "set", "pools.gpu.provisioner.max=0", "--reason", "budget spent")
+        assert r.code == 0, r.err
+        wait_for(lambda: not provisioned_workers(tmp_path), 60, "every worker drained and gone")
+        states = {i: jobs(s)[i]["state"] for i in ids}
+        assert sorted(set(states.values())) == ["queued", "succeeded"], states
+        assert sum(v == "succeeded" for v in states.values()) == 6  # the running ones finished
+        waiting = next(i for i, v in states.items() if v == "queued")
+        reason = s.api("GET", f"/api/v1/jobs/{waiting}").json()["waiting_for"]
+        assert "max is 0" in reason, reason
+        assert "budget spent" in s.cli("status").out
+        assert not gpu_workers(s)
+
+        def provisioned() -> int:
+            audit = s.api("GET", "/api/v1/audit", params={"limit": 500}).json()
+            return sum(e["action"] == "worker.provisioned" for e in audit)
+
+        assert provisioned() == MAX  # none started while max was 0
+        assert s.cli("limits", "unset", "pools.gpu.provisioner.max").code == 0
+        wait_for(
+            lambda: all(jobs(s)[i]["state"] == "succeeded" for i in ids), 90, "the rest to run"
+        )
+        assert provisioned() > MAX
+
+
+class TestOrphan:
+    def test_worker_without_a_server_exits_by_itself(self, server_factory, worker_factory):
+        """A worker that reaches no server for orphan_exit_seconds, holding no job, exits 0."""
+        s = server_factory({"pools": {"gpu": {"slots": {"default": 1}}}}, builtin_worker=False)
+        w = worker_factory(s, s.worker_token("w1"), "gpu", "--orphan-exit-seconds", "2")
+        wait_for(
+            lambda: any(x["name"] == "w1" and x["attached"] for x in gpu_workers(s)),
+            20,
+            "w1 attached",
+        )
+        s.kill(signal.SIGKILL)
+        r = w.wait(30)
+        assert r.code == 0 and "orphaned" in r.err
