@@ -83,6 +83,8 @@ class Executor(Section, frozen=True):
     evict_seconds: float = 60.0  # stage 2: unreachable this long, leases expire (lost at 90 s)
     kill_grace_seconds: float = 5.0  # TERM, then KILL after this long
     credential_rotate_hours: float = 24.0  # a joined worker's credential is replaced this often
+    output_tail_kb: float = 256.0  # a job's newest output kept in Postgres; the rest in the store
+    pack_seconds: float = 10.0  # how often older output moves to the store (at most 30 s)
     loop_seconds: float = 1.0  # cadence of the leader's silence and sealing passes
     # A dispatch pass runs when NOTIFY or a local event pokes it, and at least this often
     # (host samples move thresholds without any event).
@@ -151,6 +153,7 @@ class Cas(Section, frozen=True):
     endpoint_url: str = ""  # s3: another S3-compatible service
     region: str = ""  # s3
     gc_days: float = 30.0  # a reference expires this long after what made it ended
+    gc_seconds: float = 60.0  # the leader's collector runs this often
 
 
 class Config(Section, frozen=True):
@@ -190,6 +193,36 @@ def home(environ: Mapping[str, str] = os.environ) -> Path:
 def load(path: Path | None = None, *, environ: Mapping[str, str] = os.environ) -> Config:
     """Read `path` (default $BERTH_HOME/berth.toml; may be absent), merge overlays, validate."""
     path = path or home(environ) / "berth.toml"
+    raw = _raw(path, environ)
+    if url := environ.get("BERTH_DATABASE_URL"):
+        raw = merge(raw, {"database": {"url": url}})
+    try:
+        config = msgspec.convert(raw, Config)
+    except (
+        msgspec.ValidationError
+    ) as exc:  # "Object contains unknown field `lisen` - at `$.network`"
+        where = f"{path} with BERTH_CONFIG_JSON" if environ.get("BERTH_CONFIG_JSON") else str(path)
+        raise Invalid(f"{where}: {exc}") from None
+    check(config)
+    return config
+
+
+def load_cas(path: Path | None = None, *, environ: Mapping[str, str] = os.environ) -> Cas:
+    """Only the `[cas]` table (a worker's own store), checked on its own.
+
+    The default when there is none. A worker reads nothing else of a config.
+    """
+    path = path or home(environ) / "berth.toml"
+    try:
+        cas = msgspec.convert(_raw(path, environ).get("cas", {}), Cas)
+    except msgspec.ValidationError as exc:
+        raise Invalid(f"{path} [cas]: {exc}") from None
+    _check_cas(cas)
+    return cas
+
+
+def _raw(path: Path, environ: Mapping[str, str]) -> dict[str, Any]:
+    """berth.toml (absent is fine) with BERTH_CONFIG_JSON merged over it, unvalidated."""
     raw: dict[str, Any] = {}
     if path.exists():
         try:
@@ -204,45 +237,13 @@ def load(path: Path | None = None, *, environ: Mapping[str, str] = os.environ) -
         if not isinstance(extra, dict):
             raise Invalid("BERTH_CONFIG_JSON: must be a JSON object")
         raw = merge(raw, extra)
-    if url := environ.get("BERTH_DATABASE_URL"):
-        raw = merge(raw, {"database": {"url": url}})
-    try:
-        config = msgspec.convert(raw, Config)
-    except (
-        msgspec.ValidationError
-    ) as exc:  # "Object contains unknown field `lisen` - at `$.network`"
-        where = f"{path} with BERTH_CONFIG_JSON" if environ.get("BERTH_CONFIG_JSON") else str(path)
-        raise Invalid(f"{where}: {exc}") from None
-    check(config)
-    return config
+    return raw
 
 
 def check(config: Config) -> None:
     """Rules that span keys; raise Invalid naming the key."""
     split_listen(config.network.listen)
-    e = config.executor
-    for key in (
-        "heartbeat_seconds",
-        "unreachable_seconds",
-        "evict_seconds",
-        "loop_seconds",
-        "credential_rotate_hours",
-    ):
-        if getattr(e, key) <= 0:
-            raise Invalid(f"executor.{key} must be positive")
-    if e.unreachable_seconds + e.evict_seconds <= 3 * e.heartbeat_seconds:
-        raise Invalid(
-            "executor: unreachable_seconds + evict_seconds must exceed three heartbeats, "
-            "so a silent worker stops its jobs before its leases expire"
-        )
-    if not 0 <= e.kill_grace_seconds < 2 * e.heartbeat_seconds:
-        # A worker that hears no ack stops its jobs two heartbeats before its leases can expire;
-        # TERM, the grace, then KILL must fit inside those two heartbeats.
-        raise Invalid(
-            "executor.kill_grace_seconds must be shorter than two heartbeats "
-            f"(2 * heartbeat_seconds = {2 * e.heartbeat_seconds:g}), so a silent worker's jobs "
-            "are dead before their leases expire"
-        )
+    _check_executor(config.executor)
     for name, pool in config.pools.items():
         if not pool.slots or any(n < 0 for n in pool.slots.values()):
             raise Invalid(f"pools.{name}.slots must name at least one kind with slots >= 0")
@@ -280,6 +281,39 @@ COMPUTE_KEYS = {
 }
 
 
+def _check_executor(e: Executor) -> None:
+    """Durations that must fit together (SPEC section 5), each named when it does not."""
+    for key in (
+        "heartbeat_seconds",
+        "unreachable_seconds",
+        "evict_seconds",
+        "loop_seconds",
+        "credential_rotate_hours",
+        "output_tail_kb",
+        "pack_seconds",
+    ):
+        if getattr(e, key) <= 0:
+            raise Invalid(f"executor.{key} must be positive")
+    if e.unreachable_seconds + e.evict_seconds <= 3 * e.heartbeat_seconds:
+        raise Invalid(
+            "executor: unreachable_seconds + evict_seconds must exceed three heartbeats, "
+            "so a silent worker stops its jobs before its leases expire"
+        )
+    if e.pack_seconds > 30:
+        raise Invalid(
+            "executor.pack_seconds must be at most 30: a job's output reaches the "
+            "artifact store within 30 s (SPEC section 4)"
+        )
+    if not 0 <= e.kill_grace_seconds < 2 * e.heartbeat_seconds:
+        # A worker that hears no ack stops its jobs two heartbeats before its leases can expire;
+        # TERM, the grace, then KILL must fit inside those two heartbeats.
+        raise Invalid(
+            "executor.kill_grace_seconds must be shorter than two heartbeats "
+            f"(2 * heartbeat_seconds = {2 * e.heartbeat_seconds:g}), so a silent worker's jobs "
+            "are dead before their leases expire"
+        )
+
+
 def _check_provisioner(config: Config, pool: str, prov: Provisioner) -> None:
     """Config that does nothing is an error: every provisioner key must have an effect."""
     where = f"pools.{pool}.provisioner"
@@ -314,14 +348,31 @@ def _check_provisioner(config: Config, pool: str, prov: Provisioner) -> None:
         )
 
 
+# Which [cas] keys each provider reads (besides provider, gc_days and gc_seconds).
+CAS_KEYS = {
+    "local": {"root"},
+    "http": {"url"},
+    "cached": {"url", "root", "local_max_gb"},
+    "s3": {"bucket", "prefix", "endpoint_url", "region"},
+}
+
+
 def _check_cas(cas: Cas) -> None:
-    """Until the artifact store lands, only the default `[cas]` is accepted (it does nothing)."""
+    """What the provider needs is there, and every key set has an effect with it."""
     default = Cas()
-    changed = [f for f in cas.__struct_fields__ if getattr(cas, f) != getattr(default, f)]
-    if changed:
-        raise Invalid(
-            f"cas.{changed[0]}: the artifact store is not offered yet; remove [cas] from the config"
-        )
+    given = {f for f in cas.__struct_fields__ if getattr(cas, f) != getattr(default, f)}
+    for key in sorted(given - CAS_KEYS[cas.provider] - {"provider", "gc_days", "gc_seconds"}):
+        raise Invalid(f"cas.{key} has no effect with provider {cas.provider!r}")
+    if cas.provider in ("http", "cached") and not cas.url:
+        raise Invalid(f"cas.url: provider {cas.provider!r} needs the remote store's URL")
+    if cas.provider == "cached" and not cas.local_max_gb > 0:
+        raise Invalid('cas.local_max_gb must be above 0 with provider "cached"')
+    if cas.provider == "s3" and not cas.bucket:
+        raise Invalid('cas.bucket: provider "s3" needs a bucket')
+    if not 0 < cas.gc_days <= 36500:  # finite: NaN and inf fail
+        raise Invalid("cas.gc_days must be above 0 (and at most 36500)")
+    if not 0 < cas.gc_seconds <= 86400:
+        raise Invalid("cas.gc_seconds must be above 0 (and at most 86400)")
 
 
 def split_listen(listen: str) -> tuple[str, int]:

@@ -96,6 +96,18 @@ class Output(Frame, tag="output.v2", frozen=True, forbid_unknown_fields=True):
     data: Annotated[bytes, msgspec.Meta(max_length=MAX_OUTPUT)]
 
 
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+Path = Annotated[str, msgspec.Meta(min_length=1, max_length=1024, pattern=r"^[^\x00]+$")]
+
+
+class Artifact(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A file a job left (under $BERTH_OUTPUT, or its repository's bundle and patch)."""
+
+    path: Path  # relative to $BERTH_OUTPUT
+    sha256: Sha256
+    size: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+
+
 class Finished(Frame, tag="finished.v2", frozen=True, forbid_unknown_fields=True):
     seq: Seq
     job: JobId
@@ -103,6 +115,17 @@ class Finished(Frame, tag="finished.v2", frozen=True, forbid_unknown_fields=True
     state: Literal["succeeded", "failed", "timed_out", "cancelled"]
     exit_code: ExitCode | None = None
     error: Text = ""
+    # Uploaded to the store before this report: the job's outputs, kept for `job fetch`.
+    outputs: Annotated[tuple[Artifact, ...], msgspec.Meta(max_length=10_000)] = ()
+
+
+class Metrics(Frame, tag="metrics.v2", frozen=True, forbid_unknown_fields=True):
+    """Numbers a job emitted (`emit(loss=0.5)`): kept per job, shown by `job show`."""
+
+    seq: Seq
+    job: JobId
+    epoch: Epoch
+    values: Annotated[dict[Word, float], msgspec.Meta(max_length=256)]
 
 
 class GaveBack(Frame, tag="gave_back.v2", frozen=True, forbid_unknown_fields=True):
@@ -124,10 +147,53 @@ class Bye(Frame, tag="bye.v2", frozen=True, forbid_unknown_fields=True):
     released: Annotated[tuple[Key, ...], msgspec.Meta(max_length=MAX_LEASES)] = ()
 
 
-Report = Started | Output | Finished | GaveBack
+class Saved(Frame, tag="saved.v2", frozen=True, forbid_unknown_fields=True):
+    """A job saved an artifact (`save_artifact`), which the worker stored.
+
+    Referenced for the job's tenant, only while that lease is live.
+    """
+
+    seq: Seq
+    job: JobId
+    epoch: Epoch
+    sha256: Sha256
+    size: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+
+
+class RelayRequest(Frame, tag="relay.v2", frozen=True, forbid_unknown_fields=True):
+    """A job's own `berth` call, relayed by its worker while its lease is live."""
+
+    id: Seq
+    job: JobId
+    epoch: Epoch
+    method: Literal["GET", "POST", "PUT", "DELETE", "HEAD"]
+    path: Annotated[str, msgspec.Meta(max_length=2048, pattern=r"^/api/v1/[^\x00]*$")]
+    body: Annotated[bytes, msgspec.Meta(max_length=MAX_OUTPUT)] = b""
+
+
+Report = Started | Output | Finished | GaveBack | Metrics | Saved
 
 
 # -- server -> worker ------------------------------------------------------------------------
+
+
+class CasAccess(msgspec.Struct, frozen=True, kw_only=True):
+    """How this worker reaches the installation's artifact store (the server's `[cas]`).
+
+    A worker with a `[cas]` of its own keeps it, but its store's id must be `id` (else it is
+    refused at hello). `http`: `url` is the store's base (`berth cas serve`, or this server's
+    `/api/v1/workers/cas`), with `token` as the bearer ("" means the worker's own credential).
+    `s3`: the bucket, credentials as the AWS SDKs find them on the worker.
+    """
+
+    id: str
+    provider: str  # http | s3
+    url: str = ""
+    token: str = ""
+    bucket: str = ""
+    prefix: str = ""
+    endpoint_url: str = ""
+    region: str = ""
 
 
 class Welcome(Frame, tag="welcome.v2", frozen=True):
@@ -139,6 +205,7 @@ class Welcome(Frame, tag="welcome.v2", frozen=True):
     drop: tuple[tuple[int, int], ...] = ()  # held leases that are no longer live: kill them
     pool: str = ""  # as the server placed it (a joined worker learns its pool here)
     labels: tuple[str, ...] = ()
+    cas: CasAccess | None = None  # None: this server offers no artifact store
 
 
 class Credential(Frame, tag="credential.v2", frozen=True):
@@ -167,6 +234,14 @@ class Received(Frame, tag="received.v2", frozen=True):
     upto: int
 
 
+class Input(msgspec.Struct, frozen=True, kw_only=True):
+    """A file or directory (one deterministic tar) fetched into the job's folder as `name`."""
+
+    name: str
+    sha256: str
+    kind: Literal["file", "dir"] = "file"
+
+
 class Lease(Frame, tag="lease.v2", frozen=True):
     job: int
     epoch: int
@@ -174,6 +249,9 @@ class Lease(Frame, tag="lease.v2", frozen=True):
     tenant: str
     command: tuple[str, ...] = ()
     python: str = ""  # Python source, run with the worker's --python
+    python_sha256: str = ""  # ... or the source's hash in the store (fetched as main.py)
+    inputs: tuple[Input, ...] = ()
+    repo: str = ""  # URL[@REV]: cloned into the job's folder as `repo`
     env: dict[str, str] = msgspec.field(default_factory=dict)
     secrets: dict[str, str] = msgspec.field(default_factory=dict)  # variable -> value
     timeout_seconds: float = 0.0  # 0: none
@@ -190,6 +268,12 @@ class Cancel(Frame, tag="cancel.v2", frozen=True):
     epoch: int
 
 
+class RelayResponse(Frame, tag="relay_response.v2", frozen=True):
+    id: int
+    status: int
+    body: bytes = b""
+
+
 class Stale(Frame, tag="stale.v2", frozen=True):
     """A report under this (job, epoch) was refused: the lease moved on, kill the copy."""
 
@@ -202,8 +286,32 @@ class Exit(Frame, tag="exit.v2", frozen=True):
     code: int = 0
 
 
-ToServer = Hello | Beat | Started | Output | Finished | GaveBack | CredentialStored | Bye
-ToWorker = Welcome | Refused | Ack | Received | Lease | Leases | Cancel | Stale | Credential | Exit
+ToServer = (
+    Hello
+    | Beat
+    | Started
+    | Output
+    | Finished
+    | GaveBack
+    | Metrics
+    | Saved
+    | RelayRequest
+    | CredentialStored
+    | Bye
+)
+ToWorker = (
+    Welcome
+    | Refused
+    | Ack
+    | Received
+    | Lease
+    | Leases
+    | Cancel
+    | Stale
+    | Credential
+    | RelayResponse
+    | Exit
+)
 
 encode = msgspec.json.Encoder().encode
 decode_to_server = msgspec.json.Decoder(ToServer).decode

@@ -155,6 +155,19 @@ class Worker:
         )
         return self
 
+    def start_with(self, env: dict[str, str]) -> "Worker":
+        """Start with these credentials in the environment and no --pool unless one is set."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "service", "worker", "--server", self.server.url]
+        if self.pool:
+            argv += ["--pool", self.pool]
+        argv += list(self.args)
+        full = self.server.env(BERTH_HOME=str(self.home), **env)
+        self.proc = subprocess.Popen(
+            argv, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        return self
+
     def wait(self, timeout: float) -> Result:
         assert self.proc is not None
         out, err = self.proc.communicate(timeout=timeout)

@@ -6,7 +6,7 @@ from litestar.openapi import OpenAPIConfig
 from service.api import errors, guards
 from service.api.channel import socket as worker_socket
 from service.api.channel.hub import Hub
-from service.api.routes import audit, fleet, health, jobs, joining, limits, secrets, tokens
+from service.api.routes import audit, cas, fleet, health, jobs, joining, limits, secrets, tokens
 from service.api.runtime import Runtime
 
 ROUTES = [
@@ -32,6 +32,7 @@ ROUTES = [
     secrets.list_secrets,
     secrets.remove_secret,
     audit.list_audit,
+    *cas.HANDLERS,
     worker_socket.attach,
 ]
 
@@ -39,7 +40,7 @@ ROUTES = [
 def create_app(rt: Runtime) -> Litestar:
     if rt.hub is None:
         rt.hub = Hub(rt)
-    return Litestar(
+    app = Litestar(
         route_handlers=ROUTES,
         guards=[guards.require_perm],
         exception_handlers=errors.HANDLERS,  # type: ignore[arg-type]
@@ -48,3 +49,5 @@ def create_app(rt: Runtime) -> Litestar:
         debug=False,
         logging_config=None,  # structlog is configured by `berth serve` (service.log)
     )
+    rt.app = app  # jobs' relayed calls run through it (api/channel/relay.py)
+    return app

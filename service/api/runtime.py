@@ -8,7 +8,9 @@ from service.auth.callers import Caller
 from service.config import Config
 from service.core.placement import PoolSpec
 from service.db.engine import Database
+from service.domain.artifacts import ServerStore
 from service.domain.limits import InForce
+from service.protocol import CasAccess
 
 if TYPE_CHECKING:  # these import this module
     from service.api.channel.hub import Hub
@@ -28,6 +30,8 @@ class Runtime:
     # The built-in worker's token: minted at start, held only in this process's memory.
     builtin_token: str = ""
     jwks: "Jwks | None" = None  # the issuer's keys, when verify_jwt
+    cas: ServerStore | None = None  # the artifact store (None: this server offers none)
+    cas_access: CasAccess | None = None  # how workers reach it (their welcome says)
     # token sha256 -> (caller, monotonic expiry): saves a transaction per request. Revocation
     # drops entries on every server at once (NOTIFY); the TTL bounds what a lost NOTIFY costs.
     callers: dict[bytes, tuple[Caller, float]] = field(default_factory=dict)
@@ -43,6 +47,7 @@ class Runtime:
         return self.limits.config if self.limits is not None else self.config
 
     hub: "Hub | None" = None
+    app: object = None  # the Litestar app serving this runtime (set by create_app)
     # The limits as this server last read them, and `pools` made from them (api/limits_watch.py).
     limits: InForce | None = None
     limits_lock: asyncio.Lock = field(default_factory=asyncio.Lock)

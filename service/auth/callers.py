@@ -28,6 +28,7 @@ class Caller:
     role: Role
     tenants: frozenset[str]
     credential: str = ""  # the berth token it presented (its name), when it presented one
+    on_behalf: str = ""  # a job's caller: who created the job (the audit names both)
 
     def __str__(self) -> str:  # how writes are signed, e.g. "service:ci-pipeline"
         return f"{self.kind}:{self.name}"

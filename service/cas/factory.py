@@ -12,7 +12,6 @@ from service.cas.base import Store
 from service.cas.cached import CachedStore
 from service.cas.http import NO_HEADERS, HttpStore
 from service.cas.local import LocalStore
-from service.cas.s3 import S3Store
 from service.config import Cas
 
 GB = 1_000_000_000  # local_max_gb counts decimal gigabytes, like disk sizes
@@ -50,6 +49,8 @@ def open_store(
         case "s3":
             if not cfg.bucket:
                 raise ValueError('[cas] bucket is required with provider = "s3"')
+            from service.cas.s3 import S3Store  # noqa: PLC0415  (the s3 extra, only for s3)
+
             return S3Store(
                 cfg.bucket,
                 prefix=cfg.prefix,

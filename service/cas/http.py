@@ -26,8 +26,10 @@ wrong server cannot hand over a complete wrong blob.
 """
 
 import contextlib
+import copy
 import json
 import ssl
+import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -64,6 +66,8 @@ class HttpStore:
             spool_dir: where a blob put without its name waits while it is hashed.
         """
         self.base_url = base_url.rstrip("/")
+        self._write_query = ""
+        self._owns_client = True
         self._expected_id = expected_id
         self._id: str | None = None
         self._spool_dir = spool_dir
@@ -164,13 +168,24 @@ class HttpStore:
                         raise base.CasError(f"GET {url}: bad line {line[:100]!r}") from None
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._owns_client:
+            await self._client.aclose()
+
+    def writing_with(self, params: Mapping[str, str | int]) -> "HttpStore":
+        """A view of this store whose uploads carry `params` in their query; it shares the client.
+
+        The server's worker route fences a write for a job this way (`?job=&epoch=&what=`).
+        """
+        view = copy.copy(self)
+        view._write_query = "?" + urllib.parse.urlencode(dict(params))
+        view._owns_client = False
+        return view
 
     def _url(self, sha256: str) -> str:
         return f"{self.base_url}/{base.check_name(sha256)}"
 
     async def _upload(self, chunks: AsyncIterable[bytes], sha256: str) -> tuple[str, int]:
-        url = self._url(sha256)
+        url = self._url(sha256) + self._write_query
         with _transport("PUT", url):
             resp = await self._client.put(url, content=chunks)
         if resp.status_code not in (200, 201):

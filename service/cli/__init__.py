@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from service import __version__
-from service.cli import db, job, limits, ops, serve, simple, token, worker
+from service.cli import cas, db, job, limits, ops, serve, simple, token, worker
 from service.cli.client import CliError
 
 
@@ -33,6 +33,7 @@ def parser() -> argparse.ArgumentParser:
     simple.add(sub)
     limits.add(sub)
     ops.add(sub)
+    cas.add(sub)
     return p
 
 

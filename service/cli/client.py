@@ -1,5 +1,6 @@
 """The HTTP client the commands share: server URL, credential, JSON in and out, clear errors."""
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -57,14 +58,35 @@ class Client:
             )
         except httpx.HTTPError as exc:
             raise CliError(f"cannot reach the server at {self.server}: {exc}", 3) from None
-        return _result(r)
+        return result(r)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        content: Any = None,  # noqa: ANN401  (bytes or an iterator of them)
+        timeout: float | None = 30.0,
+    ) -> httpx.Response:
+        """A raw request (its response is the caller's to read); unreachable is one line."""
+        try:
+            return self._http.request(method, path, params=params, content=content, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise CliError(f"cannot reach the server at {self.server}: {exc}", 3) from None
+
+    def stream(
+        self, method: str, path: str, params: dict[str, str]
+    ) -> contextlib.AbstractContextManager[httpx.Response]:
+        """A streamed response, to be read inside `with`."""
+        return self._http.stream(method, path, params=params)
 
     def stream_lines(self, path: str, **params: Any) -> Iterator[dict[str, Any]]:  # noqa: ANN401
         try:
             with self._http.stream("GET", path, params=params) as r:
                 if r.status_code >= 400:
                     r.read()
-                    _result(r)
+                    result(r)
                 for line in r.iter_lines():
                     if line.strip():
                         yield msgspec.json.decode(line)
@@ -72,7 +94,8 @@ class Client:
             raise CliError(f"lost the server at {self.server}: {exc}", 3) from None
 
 
-def _result(r: httpx.Response) -> Any:  # noqa: ANN401
+def result(r: httpx.Response) -> Any:  # noqa: ANN401
+    """The JSON of a response, or the CliError its error body names."""
     try:
         data = r.json() if r.content else None
     except ValueError:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from service.cli import transfer
 from service.cli.client import Client, CliError, add_server_arg, listing, print_json
 from service.core.states import JobState, exit_status
 
@@ -24,7 +25,14 @@ def add(sub: Any) -> None:  # noqa: ANN401
     s.add_argument("--device-policy", choices=["require", "prefer"], default="require")
     s.add_argument("--env", action="append", default=[], metavar="K=V")
     s.add_argument("--secret", action="append", default=[], metavar="NAME|VAR=NAME")
-    s.add_argument("--input", action="append", default=[], metavar="PATH")
+    s.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a file or directory, uploaded (unless the store has it) and fetched into the job",
+    )
+    s.add_argument("--repo", metavar="URL[@REV]", help="a git repository cloned for the job")
     s.add_argument("--timeout", type=float, default=0.0, metavar="SECONDS")
     s.add_argument("--max-attempts", type=int, default=3)
     s.add_argument("--priority", type=int, default=0)
@@ -49,6 +57,12 @@ def add(sub: Any) -> None:  # noqa: ANN401
         add_server_arg(c)
         c.add_argument("id", type=int)
         c.set_defaults(func=func)
+
+    fe = jsub.add_parser("fetch", help="download a job's outputs ($BERTH_OUTPUT) into DIR")
+    add_server_arg(fe)
+    fe.add_argument("id", type=int)
+    fe.add_argument("dir", nargs="?", type=Path, default=Path())
+    fe.set_defaults(func=fetch)
 
     lg = jsub.add_parser("logs", help="a job's output")
     add_server_arg(lg)
@@ -89,8 +103,8 @@ def body_of(args: argparse.Namespace) -> dict[str, Any]:
         "max_attempts": args.max_attempts,
         "priority": args.priority,
     }
-    if args.input:
-        body["inputs"] = args.input
+    if args.repo:
+        body["repo"] = args.repo
     if args.pool:
         body["pool"] = args.pool
     if args.tenant:
@@ -111,7 +125,16 @@ def body_of(args: argparse.Namespace) -> dict[str, Any]:
 
 def submit(args: argparse.Namespace) -> int:
     client = Client(args.server)
-    job = client.call("POST", "/api/v1/jobs", body_of(args))
+    body = body_of(args)
+    inputs = [transfer.upload(client, Path(p), tenant=args.tenant) for p in args.input]
+    if inputs:
+        names = [i["name"] for i in inputs]
+        if len(set(names)) != len(names):
+            raise CliError("two inputs share a name: each lands in the job's folder by its name")
+        body["inputs"] = [{k: i[k] for k in ("name", "sha256", "kind")} for i in inputs]
+        sent = sum(i["sent"] for i in inputs)
+        sys.stderr.write(f"inputs: {len(inputs)}, {sent} bytes sent\n")
+    job = client.call("POST", "/api/v1/jobs", body)
     if not args.wait:
         if args.json:
             print_json(job)
@@ -193,6 +216,24 @@ def show(args: argparse.Namespace) -> int:
         print(f"{key:13} {value if value not in (None, '') else '-'}")
     if job.get("waiting_for"):
         print(f"{'waiting for':13} {job['waiting_for']}")
+    for name, number in sorted((job.get("metrics") or {}).items()):
+        print(f"{'metric':13} {name} = {number:g}")
+    for out in job.get("outputs") or []:
+        print(f"{'output':13} {out['path']} ({out['size']} bytes, {out['sha256'][:12]})")
+    return 0
+
+
+def fetch(args: argparse.Namespace) -> int:
+    """Download every output of a job into DIR, under the paths the job gave them."""
+    client = Client(args.server)
+    job = client.call("GET", f"/api/v1/jobs/{args.id}")
+    root = args.dir.resolve()
+    for out in job.get("outputs") or []:
+        target = (root / out["path"]).resolve()
+        if not target.is_relative_to(root):  # a path the job chose: never outside DIR
+            raise CliError(f"output {out['path']!r} would land outside {root}")
+        transfer.download(client, out["sha256"], target, tenant=job["tenant"])
+        print(target)
     return 0
 
 

@@ -22,6 +22,8 @@ from service.api import limits_watch
 from service.api.app import create_app
 from service.api.runtime import Runtime
 from service.background.audit_seal import SealAudit
+from service.background.cas_gc import CollectArtifacts
+from service.background.output_pack import PackOutput
 from service.background.provision import Provision
 from service.background.silence import ExpireSilent
 from service.background.supervisor import run_when_leader
@@ -35,8 +37,8 @@ from service.db.leader import Leader
 from service.db.queries.jobs import JOBS_CHANNEL
 from service.db.queries.limits import LIMITS_CHANNEL
 from service.db.queries.workers import WORKERS_CHANNEL
-from service.domain import secrets, tokens
-from service.worker import hardening
+from service.domain import artifacts, secrets, tokens
+from service.worker import hardening, jobusers
 from service.worker import main as worker_main
 
 logger = structlog.get_logger("berth.serve")
@@ -89,6 +91,9 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         pools=cfg.pool_specs(),
         secret_key=secrets.load_key(berth_home),
     )
+    cas = rt.cas = artifacts.open_server_store(cfg, home=berth_home, secret_key=rt.secret_key)
+    # server_url "": a worker reaches a local store through the server it dialled, whichever.
+    rt.cas_access = await artifacts.access(cfg, cas, server_url="", secret_key=rt.secret_key)
     app = create_app(rt)
     hub = rt.the_hub()
     try:  # the limits in force before the first dispatch pass
@@ -158,6 +163,13 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                 [
                     ExpireSilent(db, cfg.executor),
                     SealAudit(db, rt.secret_key, interval=cfg.executor.loop_seconds),
+                    CollectArtifacts(db, cas, interval=cfg.cas.gc_seconds),
+                    PackOutput(
+                        db,
+                        cas.store,
+                        tail_kb=cfg.executor.output_tail_kb,
+                        interval=cfg.executor.pack_seconds,
+                    ),
                     provision,
                 ],
                 stop,
@@ -181,6 +193,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         server.should_exit = True
         await web
     await provision.close()  # provisioned workers run on: the next leader adopts them
+    await cas.store.aclose()
     await db.dispose()
     return 0
 
@@ -217,7 +230,7 @@ async def _builtin_worker(
             token=token,
             pool="serve",
             home=worker_home,
-            python=sys.executable,
+            python=jobusers.job_python(sys.executable),
             cafile=cafile,
         )
     )

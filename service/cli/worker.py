@@ -7,10 +7,14 @@ import os
 import pwd
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.cli.client import Client, CliError, add_server_arg, home, listing, print_json
 from service.core import durations
+from service.core.errors import BerthError
+
+if TYPE_CHECKING:
+    from service.config import Cas
 
 WHO_RUNS_JOBS = """\
 Who a job runs as: a worker started as root runs each job under a uid of its own from
@@ -46,7 +50,11 @@ def add(sub: Any) -> None:  # noqa: ANN401
     p.add_argument(
         "--parallel", type=int, default=0, help="most jobs at once (0: the pool's slots)"
     )
-    p.add_argument("--python", default=sys.executable, help="interpreter for Python jobs")
+    p.add_argument(
+        "--python",
+        default="",
+        help="interpreter for Python jobs (default: this one, or python3 when jobs cannot run it)",
+    )
     p.add_argument(
         "--pass-env",
         action="append",
@@ -73,6 +81,11 @@ def add(sub: Any) -> None:  # noqa: ANN401
         help="exit after S seconds without reaching a server, when holding no job (0: never)",
     )
     p.add_argument("--provisioned", default="", help=argparse.SUPPRESS)  # labels, for `list`
+    p.add_argument(
+        "--allow-local-repos",
+        action="store_true",
+        help="let --repo name a path on this machine (only for tenants you trust with it)",
+    )
     j = p.add_argument_group("join-token (a one-time token for a new node)")
     j.add_argument("--tenant", action="append", default=[], dest="tenants", metavar="T")
     j.add_argument("--expires", default="1h", metavar="DURATION", help="90s, 15m, 1h, 30d")
@@ -95,7 +108,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     # The worker's modules load only to run one: `list` and the rest stay light.
-    from service.worker import credential, environment, hardening  # noqa: PLC0415
+    from service.worker import credential, environment, hardening, jobusers  # noqa: PLC0415
     from service.worker import main as worker_main  # noqa: PLC0415
 
     worker_home = home()
@@ -115,8 +128,9 @@ def run(args: argparse.Namespace) -> int:
     server = args.server or os.environ.get("BERTH_SERVER") or "http://127.0.0.1:8443"
     if args.parallel < 0:
         raise CliError("--parallel must be >= 0")
-    if not Path(args.python).exists():
-        raise CliError(f"--python {args.python}: no such interpreter")
+    python = args.python or jobusers.job_python(sys.executable)
+    if not Path(python).exists():
+        raise CliError(f"--python {python}: no such interpreter")
     try:
         pass_env = environment.check_pass_env(args.pass_env)
     except environment.BadPassEnv as exc:
@@ -138,13 +152,15 @@ def run(args: argparse.Namespace) -> int:
         home=worker_home,
         labels=labels,
         parallel=args.parallel,
-        python=args.python,
+        python=python,
         name=args.worker_name or "",
         pass_env=pass_env,
         uid_range=uid_range,
         run_as=args.run_as,
         work_dir=args.work_dir,
         orphan_exit_seconds=args.orphan_exit_seconds,
+        allow_local_repos=args.allow_local_repos,
+        cas=_own_cas(),
     )
     # Jobs may run as this user: they must not read this process's environment (its token).
     hardening.undumpable()
@@ -183,6 +199,20 @@ def join_token(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _own_cas() -> "Cas | None":
+    """The worker's own `[cas]`, when its berth.toml has one (its id must be the server's).
+
+    None: it uses the store the server hands out in its welcome.
+    """
+    from service import config  # noqa: PLC0415
+
+    try:
+        cas = config.load_cas()
+    except BerthError as exc:
+        raise CliError(exc.message) from None
+    return cas if cas != config.Cas() else None
 
 
 def _uid_range(text: str) -> tuple[int, int]:

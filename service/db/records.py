@@ -50,7 +50,12 @@ class JobRecord(Record):
     device_policy: str
     command: list[str]
     python: str
+    python_sha256: str
     env: dict[str, str]
+    inputs: list[dict[str, str]]
+    repo: str
+    outputs: list[dict[str, Any]]
+    metrics: dict[str, float]
     secrets: dict[str, str]
     timeout_seconds: float
     max_attempts: int

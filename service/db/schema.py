@@ -1,6 +1,7 @@
 """Table definitions: the one metadata that Alembic migrations are checked against."""
 
 from sqlalchemy import (
+    CHAR,
     BigInteger,
     Column,
     DateTime,
@@ -114,7 +115,15 @@ jobs = Table(
     Column("device_policy", String(16), nullable=False, server_default="require"),
     Column("command", ARRAY(Text), nullable=False, server_default="{}"),
     Column("python", Text, nullable=False, server_default=""),
+    # The Python source's hash in the artifact store (it travels with the job by hash).
+    Column("python_sha256", String(64), nullable=False, server_default=""),
     Column("env", JSONB, nullable=False, server_default="{}"),
+    # [{name, sha256, kind}]: fetched into the job's folder before it starts.
+    Column("inputs", JSONB, nullable=False, server_default="[]"),
+    Column("repo", Text, nullable=False, server_default=""),  # URL[@REV] cloned for it
+    # [{path, sha256, size}]: what it left under $BERTH_OUTPUT, kept for `job fetch`.
+    Column("outputs", JSONB, nullable=False, server_default="[]"),
+    Column("metrics", JSONB, nullable=False, server_default="{}"),  # emit(): newest per name
     Column("secrets", JSONB, nullable=False, server_default="{}"),  # variable -> secret name
     Column("timeout_seconds", Float, nullable=False, server_default="0"),
     Column("max_attempts", Integer, nullable=False, server_default="3"),
@@ -284,4 +293,40 @@ pool_health = Table(
     Column("next_try_at", DateTime(timezone=True)),
     Column("last_error", Text, nullable=False, server_default=""),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+)
+
+# Artifact references: a tenant may read a blob only through one it holds (SPEC 3). A reference
+# of a job holds its blob while the job runs and for [cas] gc_days after jobs.finished_at; one
+# without a job (an upload) from `ended_at` on. `size` is -1 while the write that made it is in
+# progress: such a reference keeps the blob from the collector but grants no read.
+cas_refs = Table(
+    "cas_refs",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant", String(128), nullable=False),  # "": the collector's note of a stray blob
+    Column("sha256", CHAR(64), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("what", String(16), nullable=False),  # upload|input|output|log|code|repo|unclaimed
+    Column("job_id", BigInteger, ForeignKey("jobs.id", ondelete="SET NULL")),
+    Column("created_by", String(200)),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("ended_at", DateTime(timezone=True)),
+    Index("ix_cas_refs_tenant_sha256", "tenant", "sha256"),
+    Index("ix_cas_refs_sha256", "sha256"),
+    Index("ix_cas_refs_job_id", "job_id"),  # ON DELETE SET NULL of a job finds its rows
+)
+
+# Old output moved from job_output (rows) to the artifact store, in order: Postgres keeps only
+# the newest `output_tail_kb` of a job's output; `job logs` reads the rest from here.
+job_log_segments = Table(
+    "job_log_segments",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("job_id", BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("first_id", BigInteger, nullable=False),  # the job_output ids it holds, inclusive
+    Column("last_id", BigInteger, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Index("ix_job_log_segments_job_id_last_id", "job_id", "last_id"),
 )

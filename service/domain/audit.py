@@ -25,6 +25,8 @@ async def record(
     request_id: str = "",
     **detail: Any,  # noqa: ANN401  (JSON-able details, stored as jsonb)
 ) -> None:
+    if isinstance(caller, Caller) and caller.on_behalf:
+        detail = {**detail, "on_behalf_of": caller.on_behalf}
     await audit_q.append(
         conn,
         [

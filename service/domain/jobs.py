@@ -1,11 +1,14 @@
 """Jobs: submit (one or a batch), read, cancel, output. Tenant isolation on every call."""
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from service.auth.callers import Caller
+from service.cas.base import Store
 from service.config import Config
 from service.core import placement
 from service.core.errors import Forbidden, Invalid, NotFound
@@ -16,7 +19,8 @@ from service.db.queries import jobs as jobs_q
 from service.db.queries import leases as leases_q
 from service.db.queries import workers as workers_q
 from service.db.records import JobRecord, OutputChunk
-from service.domain import audit, provisioning, secrets
+from service.domain import artifacts, audit, provisioning, secrets
+from service.domain import output as output_d
 from service.domain.fleet import worker_views
 from service.domain.tokens import DEFAULT_TENANT, check_name
 
@@ -38,6 +42,8 @@ class JobSpec:
     priority: int = 0
     tenant: str | None = None
     secrets: Mapping[str, str] = field(default_factory=dict)  # variable -> secret name
+    inputs: Sequence[Mapping[str, str]] = ()  # {name, sha256, kind}: blobs the tenant holds
+    repo: str = ""  # URL[@REV]
 
 
 def _tenant_for(caller: Caller, wanted: str | None) -> str:
@@ -79,6 +85,7 @@ def validate(spec: JobSpec, caller: Caller, pools: Mapping[str, PoolSpec]) -> di
     for label in spec.labels:
         if not label or len(label) > 256 or "," in label:
             raise Invalid(f"label {label!r} must be 1-256 characters without commas")
+    inputs = _inputs(spec)
     tenant = _tenant_for(caller, spec.tenant)
     return {
         "tenant": tenant,
@@ -88,13 +95,41 @@ def validate(spec: JobSpec, caller: Caller, pools: Mapping[str, PoolSpec]) -> di
         "device_policy": str(policy),
         "command": list(spec.command),
         "python": spec.python,
+        "python_sha256": "",
         "env": dict(spec.env),
+        "inputs": inputs,
+        "repo": spec.repo,
         "secrets": dict(spec.secrets),
         "timeout_seconds": spec.timeout_seconds,
         "max_attempts": spec.max_attempts,
         "priority": spec.priority,
         "created_by": str(caller),
     }
+
+
+INPUT_NAME = re.compile(r"\A[^/\x00]{1,255}\Z")
+SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
+
+
+def _inputs(spec: JobSpec) -> list[dict[str, str]]:
+    """The spec's inputs, checked; and its repo, which must not pass for a git option."""
+    inputs = [_input(i) for i in spec.inputs]
+    if len({i["name"] for i in inputs}) != len(inputs):
+        raise Invalid("two inputs share a name: each lands in the job's folder by its name")
+    if spec.repo and (spec.repo.startswith("-") or len(spec.repo) > 2048):
+        raise Invalid(f"repo {spec.repo[:80]!r} is not a repository URL[@REV]")
+    return inputs
+
+
+def _input(raw: Mapping[str, str]) -> dict[str, str]:
+    name, sha, kind = raw.get("name", ""), raw.get("sha256", ""), raw.get("kind", "file")
+    if not INPUT_NAME.match(name) or name in (".", ".."):
+        raise Invalid(f"input name {name!r} must be a file name (no '/')")
+    if not SHA256.match(sha):
+        raise Invalid(f"input {name!r}: sha256 must be 64 lowercase hex digits")
+    if kind not in ("file", "dir"):
+        raise Invalid(f"input {name!r}: kind must be file or dir")
+    return {"name": name, "sha256": sha, "kind": kind}
 
 
 async def submit(
@@ -104,8 +139,13 @@ async def submit(
     pools: Mapping[str, PoolSpec],
     *,
     request_id: str = "",
+    cas: artifacts.ServerStore | None = None,
 ) -> list[JobRecord]:
-    """Queue jobs (all or none); every server's dispatcher hears of them on commit."""
+    """Queue jobs (all or none); every server's dispatcher hears of them on commit.
+
+    Inputs must be blobs the job's tenant holds (404 otherwise: knowing a hash is not enough);
+    each becomes a reference of the job. Python source goes into the store and travels by hash.
+    """
     if not specs:
         raise Invalid("no jobs given")
     if len(specs) > MAX_BATCH:
@@ -117,8 +157,62 @@ async def submit(
     for tenant, names in wanted.items():
         if names:
             await secrets.check_exist(db, tenant=tenant, names=names)
+    if any(r["inputs"] for r in rows) and cas is None:
+        raise Invalid("inputs need the artifact store, which this server does not offer")
+    sizes = await _code_by_hash(cas, rows) if cas is not None else {}
     async with db.begin() as conn:
-        return await jobs_q.submit_many(conn, rows, caller=str(caller), request_id=request_id)
+        created = await jobs_q.submit_many(
+            conn, rows, caller=str(caller), request_id=request_id, on_behalf=caller.on_behalf
+        )
+        if cas is not None:
+            await _reference(conn, created, cas, sizes, by=str(caller))
+    return created
+
+
+async def _code_by_hash(cas: artifacts.ServerStore, rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Python source goes into the store; the job keeps its hash (SPEC: it travels by hash)."""
+    sizes = {}
+    for row in rows:
+        if row["python"]:
+            sha, size = await cas.store.put(_one(row["python"].encode()))
+            row["python_sha256"], row["python"] = sha, ""
+            sizes[sha] = size
+    return sizes
+
+
+async def _one(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def _reference(
+    conn: AsyncConnection,
+    created: list[JobRecord],
+    cas: artifacts.ServerStore,
+    sizes: Mapping[str, int],
+    *,
+    by: str,
+) -> None:
+    for job in created:
+        for item in job.inputs:
+            await artifacts.reference_held(
+                conn,
+                tenant=job.tenant,
+                sha256=item["sha256"],
+                what="input",
+                job_id=job.id,
+                by=by,
+                gc_days=cas.gc_days,
+            )
+        if job.python_sha256:
+            await artifacts.reference(
+                conn,
+                tenant=job.tenant,
+                sha256=job.python_sha256,
+                size=sizes[job.python_sha256],
+                what="code",
+                job_id=job.id,
+                by=by,
+            )
 
 
 async def get(db: Database, caller: Caller, job_id: int) -> JobRecord:
@@ -185,10 +279,14 @@ async def cancel(db: Database, caller: Caller, job_id: int, *, request_id: str =
 
 
 async def output(
-    db: Database, caller: Caller, job_id: int, *, after: int
+    db: Database, caller: Caller, job_id: int, *, after: int, store: Store | None = None
 ) -> tuple[JobRecord, list[OutputChunk]]:
+    """The job and its output after id `after`.
+
+    Older output comes from the store, the tail from Postgres (domain/output.py).
+    """
     async with db.begin() as conn:
         job = await jobs_q.get(conn, job_id, tenants=caller.tenant_filter())
-        if job is None:
-            raise NotFound(f"no job {job_id}")
-        return job, await jobs_q.output_after(conn, job_id, after=after)
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    return job, await output_d.read(db, store, job_id, after=after)

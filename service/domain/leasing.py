@@ -45,8 +45,16 @@ async def attach(
     *,
     server_id: str,
     pools: Mapping[str, PoolSpec],
+    store_id: str = "",
 ) -> Attached:
     """Admit a worker, or raise Refusal with the reason it will print."""
+    if hello.cas and hello.cas != store_id:
+        # A worker with a store of its own must share the server's: jobs' inputs and outputs
+        # would otherwise be somewhere the server cannot see.
+        raise Refusal(
+            f"this worker's artifact store (id {hello.cas}) is not the server's "
+            f"(id {store_id or 'none'}); give it the server's [cas] or none"
+        )
     if caller.kind is not Kind.WORKER:
         raise Refusal("only a worker credential may attach as a worker")
     if hello.protocol != protocol.PROTOCOL_VERSION:
@@ -177,3 +185,11 @@ async def expire_silent(db: Database, *, unreachable: float, evict: float) -> di
     for _, name in lost:
         log.warning("worker_lost", worker=name, leases_expired=len(moved))
     return {"unreachable": len(unreachable_now), "lost": len(lost), "requeued": len(moved)}
+
+
+async def live_job(db: Database, worker: WorkerRecord, *, job: int, epoch: int) -> JobRecord | None:
+    """The job, if (job, epoch) is this worker's live lease; None once the lease ended."""
+    async with db.begin() as conn:
+        if not await reports_q.live_jobs(conn, [(job, epoch, worker.id)]):
+            return None
+        return await jobs_q.get(conn, job, tenants=None)

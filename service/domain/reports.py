@@ -7,6 +7,7 @@ batch is applied again one report per transaction, so the bad report costs only 
 logged, and a result that cannot be stored still ends its job (failed, with the reason).
 """
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -19,10 +20,14 @@ from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import reports as reports_q
 from service.db.records import WorkerRecord
+from service.domain import artifacts
 
 log = structlog.get_logger(__name__)
 
 MAX_ERROR = 2000
+# Kinds of report in the order a batch applies them: a job's metrics and saved artifacts are
+# kept before its result ends the lease they are fenced by.
+KINDS = ("started", "output", "metrics", "saved", "finished", "gave_back")
 
 
 def clean_text(value: str, limit: int = MAX_ERROR) -> str:
@@ -38,9 +43,11 @@ class Reports:
     output: list[tuple[WorkerRecord, protocol.Output]] = field(default_factory=list)
     finished: list[tuple[WorkerRecord, protocol.Finished]] = field(default_factory=list)
     gave_back: list[tuple[WorkerRecord, protocol.GaveBack]] = field(default_factory=list)
+    metrics: list[tuple[WorkerRecord, protocol.Metrics]] = field(default_factory=list)
+    saved: list[tuple[WorkerRecord, protocol.Saved]] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.started) + len(self.output) + len(self.finished) + len(self.gave_back)
+        return sum(len(getattr(self, kind)) for kind in KINDS)
 
     def add(self, worker: WorkerRecord, report: protocol.Report) -> None:
         match report:
@@ -52,17 +59,19 @@ class Reports:
                 self.finished.append((worker, report))
             case protocol.GaveBack():
                 self.gave_back.append((worker, report))
+            case protocol.Metrics():
+                self.metrics.append((worker, report))
+            case protocol.Saved():
+                self.saved.append((worker, report))
 
     def extend(self, other: "Reports") -> None:
         """Append `other` after these (a batch kept for retry, then newer reports)."""
-        self.started += other.started
-        self.output += other.output
-        self.finished += other.finished
-        self.gave_back += other.gave_back
+        for kind in KINDS:
+            getattr(self, kind).extend(getattr(other, kind))
 
     def singles(self) -> Iterator["Reports"]:
         """Each report as a batch of its own, kinds in the order a batch applies them."""
-        for kind in ("started", "output", "finished", "gave_back"):
+        for kind in KINDS:
             for item in getattr(self, kind):
                 one = Reports()
                 getattr(one, kind).append(item)
@@ -118,7 +127,7 @@ async def _reject(db: Database, one: Reports, exc: Exception) -> Verdicts:
 
 
 def _describe(one: Reports) -> str:
-    for kind in ("started", "output", "finished", "gave_back"):
+    for kind in KINDS:
         for worker, report in getattr(one, kind):
             return f"{kind} job {report.job} epoch {report.epoch} from {worker.name}"
     return "nothing"
@@ -133,6 +142,7 @@ async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
     output = await reports_q.output_many(
         conn, [(o.job, o.epoch, w.id, o.seq, o.stream, o.data) for w, o in batch.output]
     )
+    await _keep_metrics_and_saved(conn, batch)
     finished = await reports_q.finish_many(
         conn,
         [
@@ -140,6 +150,7 @@ async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
             for w, f in batch.finished
         ],
     )
+    await _keep_outputs(conn, [(w, f) for w, f in batch.finished if (f.job, f.epoch) in finished])
     refused = [
         (f.job, f.epoch, w.id) for w, f in batch.finished if (f.job, f.epoch) not in finished
     ]
@@ -166,3 +177,60 @@ async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
         if (g.job, g.epoch) in given:
             log.info("lease_given_back", job=g.job, epoch=g.epoch, reason=g.reason)
     return Verdicts(stale=stale, requeued=len(finished) + len(given))
+
+
+async def _keep_metrics_and_saved(conn: AsyncConnection, batch: Reports) -> None:
+    """Metrics merge into their job, saved artifacts are referenced for its tenant.
+
+    Both only under the reporting worker's live lease.
+    """
+    items = [(m.job, m.epoch, w.id) for w, m in batch.metrics]
+    items += [(s.job, s.epoch, w.id) for w, s in batch.saved]
+    live = await reports_q.live_jobs(conn, items)
+    await reports_q.merge_metrics(
+        conn,
+        [(m.job, json.dumps(m.values)) for _, m in batch.metrics if (m.job, m.epoch) in live],
+    )
+    for w, s in batch.saved:
+        if (tenant := live.get((s.job, s.epoch))) is None:
+            log.warning("saved_refused_stale_epoch", worker=w.name, job=s.job, epoch=s.epoch)
+            continue
+        await artifacts.reference_reported(
+            conn,
+            worker_tenants=w.tenants,
+            tenant=tenant,
+            sha256=s.sha256,
+            size=s.size,
+            what="upload",
+            job_id=s.job,
+        )
+
+
+async def _keep_outputs(
+    conn: AsyncConnection, accepted: list[tuple[WorkerRecord, protocol.Finished]]
+) -> None:
+    """A result accepted: its outputs are referenced for the job's tenant and recorded.
+
+    An output the server cannot vouch for (see `artifacts.reference_reported`) is left out.
+    """
+    with_outputs = [(w, f) for w, f in accepted if f.outputs]
+    if not with_outputs:
+        return
+    tenants = await jobs_q.tenants_of(conn, [f.job for _, f in with_outputs])
+    rows = []
+    for w, f in with_outputs:
+        kept = [
+            {"path": a.path, "sha256": a.sha256, "size": a.size}
+            for a in f.outputs
+            if await artifacts.reference_reported(
+                conn,
+                worker_tenants=w.tenants,
+                tenant=tenants[f.job],
+                sha256=a.sha256,
+                size=a.size,
+                what="output",
+                job_id=f.job,
+            )
+        ]
+        rows.append((f.job, json.dumps(kept)))
+    await reports_q.set_outputs(conn, rows)

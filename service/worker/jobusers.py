@@ -192,3 +192,28 @@ async def kill_all(uid: int, attempts: int = 5) -> None:
             cwd="/",
         )
         await proc.wait()
+
+
+def job_python(preferred: str) -> str:
+    """The interpreter for Python jobs: `preferred`, unless jobs (other uids) cannot run it.
+
+    A worker started as root from a virtualenv under /root would hand jobs an interpreter they
+    may not even reach; the system's python3 is the one every uid can run. The runtime
+    (`berth_runtime`) needs only the standard library, so either serves.
+    """
+    if os.geteuid() != 0 or _others_may_run(preferred):
+        return preferred
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if Path(candidate).exists() and _others_may_run(candidate):
+            return candidate
+    return preferred
+
+
+def _others_may_run(path: str) -> bool:
+    real = Path(os.path.realpath(path))
+    try:
+        if not real.stat().st_mode & 0o001:
+            return False
+        return all(parent.stat().st_mode & 0o001 for parent in real.parents)
+    except OSError:
+        return False

@@ -27,9 +27,14 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from service import __version__, protocol
-from service.worker import credential, host, workdirs
+from service.cas.base import Store
+from service.cas.factory import open_store
+from service.cas.http import HttpStore
+from service.config import Cas
+from service.worker import artifacts, credential, host, workdirs
 from service.worker.jobusers import DEFAULT_RANGE, NoFreeUid, Users
 from service.worker.outbox import DEFAULT_LIMIT, Outbox
+from service.worker.relay import RELAY_TIMEOUT, Calls, Relay
 from service.worker.runner import Outcome, Run
 
 log = logging.getLogger("berth.worker")
@@ -62,6 +67,8 @@ class Options:
     outbox_bytes: int = DEFAULT_LIMIT
     # A provisioned worker that cannot reach the server this long, holding no job, exits.
     orphan_exit_seconds: float = 0.0  # 0: never
+    cas: Cas | None = None  # a [cas] of its own (its id must be the server's); None: the server's
+    allow_local_repos: bool = False  # --repo may name a path on this machine (trusted tenants)
     # Where --pass-env and the base (PATH, LANG, TZ, LC_*) are read from: the worker's own.
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
@@ -84,6 +91,10 @@ class Worker:
     _work_root: Path | None = None
     _token: str = ""
     _reached: float = field(default_factory=time.monotonic)  # last time a session was up
+    store: Store | None = None  # the installation's artifact store, as this worker reaches it
+    calls: Calls = field(default_factory=Calls)  # jobs' calls relayed to the server
+    _own_store: Store | None = None
+    _own_id: str = ""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # SIGTERM/SIGINT
 
     def __post_init__(self) -> None:
@@ -93,16 +104,24 @@ class Worker:
         self._token = credential.load(self.opts.home) or self.opts.token
 
     # -- the outer loop ----------------------------------------------------------------------
-    async def run(self) -> int:
+    async def _get_ready(self) -> None:
+        """What a worker needs before it dials: its host, its work root, its own store."""
         self._gpus = await asyncio.to_thread(host.gpus)
         self._digest = await asyncio.to_thread(host.env_digest)
         self._work_root = await asyncio.to_thread(
             workdirs.prepare, self.opts.home, self.opts.work_dir
         )
+        if self.opts.cas is not None:
+            self._own_store = open_store(self.opts.cas, home=self.opts.home)
+            self.store = self._own_store
+            self._own_id = await self._own_store.id()
         swept = await self.users.sweep()
         log.info("jobs run as %s, in %s", self.users.mode, self._work_root)
         if swept:
             log.warning("killed the processes of %d job uid(s) left by a dead worker", swept)
+
+    async def run(self) -> int:
+        await self._get_ready()
         watchdog = asyncio.create_task(self._watchdog())
         backoff = BACKOFF_START
         try:
@@ -156,13 +175,15 @@ class Worker:
         limit = self.opts.orphan_exit_seconds
         return limit > 0 and not self.runs and time.monotonic() - self._reached > limit
 
-    def _url(self) -> str:
-        """The websocket URL of the server to dial now; `--server a,b` rotates on failure."""
+    def _server(self) -> str:
+        """The server to dial now (http[s]://...); `--server a,b` rotates on failure."""
         servers = [s.strip() for s in self.opts.server.split(",") if s.strip()]
         base = servers[self._dials % len(servers)].rstrip("/")
-        if base.startswith("http"):
-            base = "ws" + base[4:]
-        return base + protocol.WORKER_PATH
+        return "http" + base[2:] if base.startswith("ws") else base
+
+    def _url(self) -> str:
+        """The websocket URL of the server to dial now."""
+        return "ws" + self._server()[4:] + protocol.WORKER_PATH
 
     async def _session(self) -> None:
         headers = {"Authorization": f"Bearer {self._token}"}
@@ -188,6 +209,7 @@ class Worker:
                 raise Refused(f"unexpected first frame {type(first).__name__}")
             self.welcome = first
             self.last_ack = self._reached = time.monotonic()
+            self._reach_store(first.cas)
             log.info(
                 "attached as %s in pool %s (instance %s)", first.name, first.pool, self.instance[:8]
             )
@@ -200,13 +222,42 @@ class Worker:
                 asyncio.create_task(self._beater(ws)),
                 asyncio.create_task(self._leave_when_stopped(ws)),
             ]
+            self.calls.ws = ws
             try:
                 await self._reader(ws)
             finally:
+                self.calls.ws = None
                 self._reached = time.monotonic()
                 for task in helpers:
                     task.cancel()
                 await asyncio.gather(*helpers, return_exceptions=True)
+
+    def _reach_store(self, access: protocol.CasAccess | None) -> None:
+        """The store for this session: its own [cas], else the one the server hands out."""
+        if self._own_store is not None or access is None:
+            return
+        match access.provider:
+            case "http":
+                bearer = access.token or self._token  # "": this worker's own credential
+                # A path: the store is behind the server this worker dialled.
+                url = self._server() + access.url if access.url.startswith("/") else access.url
+                self.store = HttpStore(
+                    url,
+                    headers={"Authorization": f"Bearer {bearer}"},
+                    expected_id=access.id,
+                    verify=self.opts.cafile or None,
+                )
+            case "s3":
+                from service.cas.s3 import S3Store  # noqa: PLC0415  (the s3 extra: only here)
+
+                self.store = S3Store(
+                    access.bucket,
+                    prefix=access.prefix,
+                    endpoint_url=access.endpoint_url,
+                    region=access.region,
+                )
+            case _:
+                log.warning("the server's artifact store (%s) is out of reach", access.provider)
 
     def _hello(self) -> protocol.Hello:
         return protocol.Hello(
@@ -220,6 +271,7 @@ class Worker:
             python=".".join(map(str, sys.version_info[:3])),
             env_digest=self._digest,
             held=tuple(sorted(set(self.runs) | self.outbox.finished_keys())),
+            cas=self._own_id,
         )
 
     # -- one session's tasks ------------------------------------------------------------------
@@ -234,22 +286,28 @@ class Worker:
                 case protocol.Lease() | protocol.Leases():
                     for lease in frame.leases if isinstance(frame, protocol.Leases) else (frame,):
                         self._start(lease)
-                case protocol.Cancel():
-                    await self._kill((frame.job, frame.epoch), "cancelled")
-                case protocol.Stale():
-                    self.outbox.forget((frame.job, frame.epoch))
-                    await self._kill((frame.job, frame.epoch), "fenced")
+                case protocol.Cancel() | protocol.Stale():
+                    if isinstance(frame, protocol.Stale):
+                        self.outbox.forget((frame.job, frame.epoch))
+                    reason = "cancelled" if isinstance(frame, protocol.Cancel) else "fenced"
+                    await self._kill((frame.job, frame.epoch), reason)
                 case protocol.Exit():
                     self.exit_code, self.exit_reason = frame.code, frame.reason
                     if frame.code:
                         await self._stop_all("exit")
                     return
-                case protocol.Credential():
-                    await self._keep_credential(ws, frame.token)
-                case protocol.Refused():
-                    raise Refused(frame.reason)
-                case protocol.Welcome():
-                    pass
+                case _:
+                    await self._on_control(ws, frame)
+
+    async def _on_control(self, ws: ClientConnection, frame: protocol.ToWorker) -> None:
+        """Frames about the worker itself rather than its jobs."""
+        match frame:
+            case protocol.Credential():
+                await self._keep_credential(ws, frame.token)
+            case protocol.RelayResponse():
+                self.calls.answered(frame)
+            case protocol.Refused():
+                raise Refused(frame.reason)
 
     async def _keep_credential(self, ws: ClientConnection, token: str) -> None:
         """Store the credential, then confirm: the server retires the old one only after."""
@@ -309,15 +367,21 @@ class Worker:
             return
         assert self._work_root is not None
         grace = self.welcome.kill_grace_seconds if self.welcome else 5.0
+        workdir = self._work_root / f"{lease.job}-{lease.epoch}"
         run = Run(
             lease=lease,
-            workdir=self._work_root / f"{lease.job}-{lease.epoch}",
+            workdir=workdir,
+            store=artifacts.for_job(self.store, lease),
             user=None,
             python=self.opts.python,
             grace=grace,
             emit=lambda stream, data: self.outbox.put_output(lease.job, lease.epoch, stream, data),
             worker_env=self.opts.environ,
             pass_env=self.opts.pass_env,
+            runtime=self._work_root / "runtime",
+            relay=self._relay_for(lease, workdir),
+            repo_cache=self.opts.home / "repos",
+            allow_local_repos=self.opts.allow_local_repos,
         )
         self.runs[key] = run
         task = asyncio.create_task(self._run(run))
@@ -359,7 +423,38 @@ class Worker:
                 state=outcome.state,  # type: ignore[arg-type]
                 exit_code=outcome.exit_code,
                 error=outcome.error[:4000],
+                outputs=tuple(outcome.outputs),
             )
+        )
+
+    def _relay_for(self, lease: protocol.Lease, workdir: Path) -> Relay:
+        """The job's relay.
+
+        Its API calls go to the server as the job, its artifacts to the store, its metrics and
+        saved artifacts into the outbox (fenced by the lease).
+        """
+        job, epoch = lease.job, lease.epoch
+
+        async def api(method: str, path: str, body: Any) -> tuple[int, Any]:  # noqa: ANN401
+            return await self.calls.call(job, epoch, method, path, body)
+
+        def emit(values: dict[str, float]) -> None:
+            self.outbox.put(
+                lambda seq: protocol.Metrics(seq=seq, job=job, epoch=epoch, values=values)
+            )
+
+        async def saved(sha: str, size: int) -> bool:
+            report = self.outbox.put(
+                lambda seq: protocol.Saved(seq=seq, job=job, epoch=epoch, sha256=sha, size=size)
+            )
+            return await self.outbox.until_received(report.seq, timeout=RELAY_TIMEOUT)
+
+        return Relay(
+            socket_path=workdir / ".berth" / "relay.sock",
+            store=artifacts.for_job(self.store, lease),
+            api=api,
+            emit=emit,
+            saved=saved,
         )
 
     def _report(self, make: Callable[[int], protocol.Report]) -> None:

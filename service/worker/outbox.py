@@ -12,6 +12,7 @@ so a job's end is never held up behind its output.
 
 import asyncio
 import collections
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -35,6 +36,8 @@ class Outbox:
         self._room = asyncio.Event()
         self._room.set()
         self._waiting = False
+        self._upto = 0  # the highest seq the server said it received
+        self._acked = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -82,8 +85,22 @@ class Outbox:
         self._unsent.append(report.seq)
         self._changed.set()
 
+    async def until_received(self, seq: int, timeout: float) -> bool:
+        """Wait until the server received report `seq` (True), or `timeout` (False)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self._upto < seq:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            self._acked.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._acked.wait(), timeout=left)
+        return True
+
     def received(self, upto: int) -> None:
         """The server has everything up to `upto`: forget it, make room."""
+        self._upto = max(self._upto, upto)
+        self._acked.set()
         for seq in [s for s in self._pending if s <= upto]:
             del self._pending[seq]
             self._bytes -= self._sizes.pop(seq)

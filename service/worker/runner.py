@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service import protocol
-from service.worker import environment, jobusers
+from service.cas.base import CasError, Store, get_file
+from service.worker import artifacts, environment, jobusers, repos
 from service.worker.jobusers import JobUser
 from service.worker.redaction import Redactor
+from service.worker.relay import Relay
 
 Emit = Callable[[str, bytes], Awaitable[None]]  # (stream, data); may wait (backpressure)
 READ_SIZE = 65536
@@ -46,11 +48,16 @@ exit "$code"
 """
 
 
+class FetchError(Exception):
+    """The job's inputs cannot be had (no store)."""
+
+
 @dataclass
 class Outcome:
     state: str  # succeeded | failed | timed_out | cancelled
     exit_code: int | None
     error: str = ""
+    outputs: list[protocol.Artifact] = field(default_factory=list)
 
 
 @dataclass
@@ -60,6 +67,12 @@ class Run:
     python: str
     grace: float
     emit: Emit
+    store: Store | None = None  # the installation's artifact store (inputs, outputs)
+    runtime: Path | None = None  # the in-job runtime (PYTHONPATH) and its `berth` (PATH)
+    relay: Relay | None = None  # the job's way to its worker (workers/relay.py)
+    repo_cache: Path | None = None  # the worker's mirrors for --repo (worker/repos.py)
+    allow_local_repos: bool = False
+    _repo_base: str = ""  # the commit the job's clone started at
     user: JobUser | None = None  # set once a uid is free for it (worker/jobusers.py)
     worker_env: Mapping[str, str] = field(default_factory=dict)
     pass_env: Sequence[str] = ()
@@ -88,26 +101,71 @@ class Run:
                 f.write(self.lease.python)
             os.chown(script, self.user.uid, self.user.gid)
 
+    async def fetch(self) -> None:
+        """Its inputs and code from the store, into its folder, handed to its user."""
+        assert self.user is not None
+        lease = self.lease
+        if lease.repo:
+            if self.repo_cache is None:
+                raise FetchError("this worker keeps no repository cache")
+            self._repo_base = await repos.clone(
+                self.repo_cache,
+                lease.repo,
+                self.workdir / "repo",
+                self.user,
+                allow_local=self.allow_local_repos,
+            )
+        if not (lease.inputs or lease.python_sha256):
+            return
+        if self.store is None:
+            raise FetchError("this worker reaches no artifact store for the job's inputs")
+        await artifacts.fetch_inputs(self.store, lease.inputs, self.workdir)
+        if lease.python_sha256:
+            await get_file(self.store, lease.python_sha256, self.workdir / "main.py")
+        for name in [Path(i.name).name for i in lease.inputs] + (
+            ["main.py"] if lease.python_sha256 else []
+        ):
+            artifacts.hand_over(self.workdir / name, self.user.uid, self.user.gid)
+
     def argv(self) -> list[str]:
-        if self.lease.python:
+        if self.lease.python or self.lease.python_sha256:
             return [self.python, str(self.workdir / "main.py")]
         return list(self.lease.command)
 
     def env(self) -> dict[str, str]:
-        return environment.build(
-            self.worker_env,
-            pass_env=self.pass_env,
-            job_env=self.lease.env,
-            secrets=self.lease.secrets,
-            berth={
-                "BERTH_JOB_ID": str(self.lease.job),
-                "BERTH_ATTEMPT": str(self.lease.epoch),
-                "BERTH_TENANT": self.lease.tenant,
-                "BERTH_OUTPUT": str(self.workdir / "output"),
-            },
-            workdir=self.workdir,
-            user=self.user.name if self.user else "",
+        return (
+            environment.build(
+                self.worker_env,
+                pass_env=self.pass_env,
+                job_env=self.lease.env,
+                secrets=self.lease.secrets,
+                berth={
+                    "BERTH_JOB_ID": str(self.lease.job),
+                    "BERTH_ATTEMPT": str(self.lease.epoch),
+                    "BERTH_TENANT": self.lease.tenant,
+                    "BERTH_OUTPUT": str(self.workdir / "output"),
+                },
+                workdir=self.workdir,
+                user=self.user.name if self.user else "",
+            )
+            | self._runtime_env()
         )
+
+    def _runtime_env(self) -> dict[str, str]:
+        """The runtime on the job's paths, and its relay (berth's variables, so they win)."""
+        if self.runtime is None:
+            return {}
+        own_path = self.lease.env.get("PATH") or os.environ.get("PATH") or "/usr/bin:/bin"
+        own_pythonpath = self.lease.env.get("PYTHONPATH", "")
+        env = {
+            "PATH": f"{self.runtime / 'bin'}:{own_path}",
+            "PYTHONPATH": f"{self.runtime}:{own_pythonpath}".rstrip(":"),
+            "BERTH_PYTHON": self.python,
+        }
+        if self.relay is not None:
+            env["BERTH_RELAY"] = str(self.relay.socket_path)
+            env["BERTH_RELAY_SECRET"] = self.relay.secret
+        return env
 
     async def run(self, on_started: Callable[[], None]) -> Outcome:
         """Start, stream, wait; the outcome says how it ended."""
@@ -115,6 +173,8 @@ class Run:
             return await self._start_and_wait(on_started)
         finally:
             self._started.set()  # a stop() waiting for a start that never came may go on
+            if self.relay is not None:
+                await self.relay.close()
 
     async def _start_and_wait(self, on_started: Callable[[], None]) -> Outcome:
         assert self.user is not None
@@ -122,8 +182,17 @@ class Run:
             self.prepare()
         except OSError as exc:
             return Outcome("failed", None, f"cannot make the job's folder: {exc}")
+        try:
+            await self.fetch()
+        except (OSError, ValueError, CasError, FetchError, repos.RepoError) as exc:
+            return Outcome("failed", None, f"cannot fetch the job's inputs: {exc}")
         if self._stop_reason:  # stopped while it waited for a uid: never start it
             return Outcome("cancelled", None, self._stop_reason)
+        if self.relay is not None:
+            try:
+                await self.relay.start(self.user.uid, self.user.gid)
+            except OSError as exc:
+                return Outcome("failed", None, f"cannot open the job's relay: {exc}")
         drop = None
         if self.user.uid != os.geteuid():
             drop = jobusers.become(self.user.uid, self.user.gid)
@@ -153,9 +222,44 @@ class Run:
         self._started.set()
         on_started()
         try:
-            return await self._wait()
+            outcome = await self._wait()
         finally:
             os.close(write_end)
+            if self.relay is not None:
+                await self.relay.close()  # the lease's relay ends with the job
+        await self._keep_outputs(outcome)
+        return outcome
+
+    async def _keep_outputs(self, outcome: Outcome) -> None:
+        """Upload what it left under $BERTH_OUTPUT, whatever its outcome.
+
+        A failed job's outputs are often what explains it. Nothing is kept for a copy whose
+        lease is not ours any more.
+        """
+        if self.store is None or self._stop_reason in ("fenced", "released", "gave_back"):
+            return
+        assert self.user is not None
+        if self._repo_base:
+            try:
+                await repos.collect(
+                    self.workdir / "repo",
+                    self._repo_base,
+                    self.workdir / "output",
+                    self.user,
+                    self.workdir,
+                )
+            except repos.RepoError as exc:
+                outcome.error = (outcome.error + "; " if outcome.error else "") + str(exc)
+        try:
+            outcome.outputs = await artifacts.upload_outputs(
+                self.store, self.workdir / "output", self.user.uid
+            )
+        except (OSError, CasError) as exc:
+            outcome.error = (outcome.error + "; " if outcome.error else "") + (
+                f"its outputs could not be kept: {exc}"
+            )
+            if outcome.state == "succeeded":
+                outcome.state = "failed"
 
     async def _wait(self) -> Outcome:
         proc = self._proc

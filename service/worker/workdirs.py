@@ -27,6 +27,30 @@ def default_parent() -> Path:
     return Path(tempfile.gettempdir()) / f"berth-work-{os.geteuid()}"
 
 
+def install_runtime(root: Path) -> Path:
+    """The in-job runtime (`berth_runtime`, stdlib only) and its `berth` command.
+
+    Readable by every job: `root/runtime` goes on a job's PYTHONPATH, `root/runtime/bin` on
+    its PATH.
+    """
+    import berth_runtime  # noqa: PLC0415  (only its files are needed, not its code)
+
+    source = Path(berth_runtime.__file__).parent
+    target = root / "runtime"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source / "bin", target / "bin")
+    shutil.copytree(
+        source, target / "berth_runtime", ignore=shutil.ignore_patterns("bin", "__pycache__")
+    )
+    for dirpath, dirnames, filenames in os.walk(target):
+        os.chmod(dirpath, 0o755)  # noqa: PTH101, S103  (a job of any uid reads it)
+        for name in filenames:
+            mode = 0o755 if Path(dirpath).name == "bin" else 0o644
+            os.chmod(Path(dirpath) / name, mode)  # noqa: PTH101
+        dirnames.sort()
+    return target
+
+
 def prepare(home: Path, parent: Path | None = None) -> Path:
     """This worker's work root, made safe and empty; raise UnsafeWorkDir when it is not ours."""
     parent = parent or default_parent()
@@ -38,6 +62,7 @@ def prepare(home: Path, parent: Path | None = None) -> Path:
             shutil.rmtree(leftover, ignore_errors=True)
         else:
             leftover.unlink(missing_ok=True)
+    install_runtime(root)
     return root
 
 

@@ -1,6 +1,7 @@
 """Tenant isolation on every route: a member (or operator) of tenant alpha walks the whole
-OpenAPI schema aimed at tenant bravo's job, logs and secret, and gets nothing of bravo's."""
+OpenAPI schema aimed at tenant bravo's job, logs, secret and blob, and gets nothing of bravo's."""
 
+import hashlib
 import re
 
 import httpx
@@ -40,6 +41,8 @@ ALPHA_MEMBER = {"x-auth-request-user": "al", "x-auth-request-groups": "team-alph
 ALPHA_OPERATOR = {"x-auth-request-user": "op", "x-auth-request-groups": "ops-alpha"}
 MARK = "BRAVO-PRIVATE-7731"
 SECRET = "bravo-secret-value-5521"
+BLOB = f"{MARK} an artifact of bravo's".encode()
+BLOB_SHA = hashlib.sha256(BLOB).hexdigest()
 
 
 class TestTenancy:
@@ -62,13 +65,15 @@ class TestTenancy:
             s, "PUT", "/api/v1/secrets/bravo-key", ADMIN, json={"value": SECRET, "tenant": "bravo"}
         )
         assert r.status_code == 200, r.text
+        r = call(s, "PUT", f"/api/v1/cas/{BLOB_SHA}", BRAVO, content=BLOB)
+        assert r.status_code == 201, r.text
         schema = httpx.get(f"{s.url}/schema/openapi.json").json()
-        values = {"job_id": str(job), "name": "bravo-key", "action": "drain"}
+        values = {"job_id": str(job), "name": "bravo-key", "action": "drain", "sha256": BLOB_SHA}
         tried = 0
         for who in (ALPHA_MEMBER, ALPHA_OPERATOR):
             for path, ops in schema["paths"].items():
                 for method in ops:
-                    if method not in ("get", "post", "put", "delete"):
+                    if method not in ("get", "head", "post", "put", "delete"):
                         continue
                     url = re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), "x"), path)
                     body = {"value": "overwrite", "tenant": "bravo"} if method == "put" else None
@@ -87,6 +92,14 @@ class TestTenancy:
         assert shown["state"] in ("leased", "running")
         secrets = call(s, "GET", "/api/v1/secrets", ADMIN).json()
         assert any(x["name"] == "bravo-key" and x["tenant"] == "bravo" for x in secrets)
+        # Knowing the hash is not enough; sending the bytes makes alpha a reference of its own.
+        for who in (ALPHA_MEMBER, ALPHA_OPERATOR):
+            for method in ("GET", "HEAD"):
+                assert call(s, method, f"/api/v1/cas/{BLOB_SHA}", who).status_code == 404
+        r = call(s, "PUT", f"/api/v1/cas/{BLOB_SHA}", ALPHA_MEMBER, content=BLOB)
+        assert r.status_code == 200 and "bravo" not in r.text, r.text
+        assert call(s, "GET", f"/api/v1/cas/{BLOB_SHA}", ALPHA_MEMBER).content == BLOB
+        assert call(s, "GET", f"/api/v1/cas/{BLOB_SHA}", BRAVO).content == BLOB
         # And bravo still sees its own.
         assert MARK in call(s, "GET", f"/api/v1/jobs/{job}/logs", BRAVO).text
         assert call(s, "POST", f"/api/v1/jobs/{job}/cancel", BRAVO).json()["state"] == "cancelled"

@@ -118,6 +118,12 @@ class Dispatcher:
             tenant=job.tenant,
             command=tuple(job.command),
             python=job.python,
+            python_sha256=job.python_sha256,
+            inputs=tuple(
+                protocol.Input(name=i["name"], sha256=i["sha256"], kind=i.get("kind", "file"))  # type: ignore[arg-type]
+                for i in job.inputs
+            ),
+            repo=job.repo,
             env=dict(job.env),
             secrets=values,
             timeout_seconds=job.timeout_seconds,

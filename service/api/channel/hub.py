@@ -4,10 +4,13 @@ Each part is its own module and task; the hub only wires them and runs them toge
 """
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any
 
 import structlog
 
 from service import protocol
+from service.api.channel import relay
 from service.api.channel.beats import Heartbeats
 from service.api.channel.credentials import Credentials
 from service.api.channel.dispatcher import Dispatcher
@@ -57,12 +60,19 @@ class Hub:
         for session in sessions:
             await self.notices.exit_if_drained(session)
 
+    def relay(self, session: Session, ask: protocol.RelayRequest) -> None:
+        """A job's call, answered on its own task (it may take a while; the reader goes on)."""
+        self._spawn(relay.answer(self.rt, session, ask))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def bye(self, session: Session, frame: protocol.Bye) -> None:
         """A stopping worker gave its leases back: free them now (its copies are dead)."""
         session.left = True
-        task = asyncio.ensure_future(self._release(session, frame.released))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._release(session, frame.released))
 
     async def _release(self, session: Session, released: tuple[tuple[int, int], ...]) -> None:
         try:

@@ -23,7 +23,7 @@ from service.api.identity import identify, runtime_of
 from service.api.runtime import Runtime
 from service.auth.permissions import Perm, allowed
 from service.core.errors import BerthError
-from service.domain import joining, leasing
+from service.domain import artifacts, joining, leasing
 
 log = structlog.get_logger(__name__)
 
@@ -118,7 +118,10 @@ async def _admit(socket: WebSocket[Any, Any, Any], rt: Runtime) -> tuple[leasing
     hello = _decode(raw)
     if not isinstance(hello, protocol.Hello):
         raise leasing.Refusal("the first frame must be hello")
-    attached = await leasing.attach(rt.db, caller, hello, server_id=rt.server_id, pools=rt.pools)
+    store_id = rt.cas_access.id if rt.cas_access is not None else ""
+    attached = await leasing.attach(
+        rt.db, caller, hello, server_id=rt.server_id, pools=rt.pools, store_id=store_id
+    )
     return attached, credential
 
 
@@ -133,6 +136,9 @@ def _welcome(rt: Runtime, attached: leasing.Attached) -> protocol.Welcome:
         drop=attached.drop,
         pool=attached.worker.pool,
         labels=tuple(attached.worker.labels),
+        cas=artifacts.for_worker(rt.cas_access, attached.worker.tenants)
+        if rt.cas_access is not None
+        else None,
     )
 
 
@@ -159,9 +165,16 @@ async def _serve(session: Session, hub: Hub) -> None:
             case protocol.Beat() as beat:
                 hub.beats.add(session, beat)
             case (
-                protocol.Started() | protocol.Output() | protocol.Finished() | protocol.GaveBack()
+                protocol.Started()
+                | protocol.Output()
+                | protocol.Finished()
+                | protocol.GaveBack()
+                | protocol.Metrics()
+                | protocol.Saved()
             ) as report:
                 hub.reports.add(session, report)
+            case protocol.RelayRequest() as ask:
+                hub.relay(session, ask)
             case protocol.Bye() as bye:
                 hub.bye(session, bye)
             case protocol.CredentialStored():

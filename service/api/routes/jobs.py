@@ -22,6 +22,12 @@ from service.domain import jobs
 MAX_ID = 2**63 - 1
 
 
+class InputBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=255, pattern=r"\A[^/\x00]+\Z")]
+    sha256: Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")]
+    kind: Literal["file", "dir"] = "file"
+
+
 class JobBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     command: Annotated[list[body.Arg], msgspec.Meta(max_length=4096)] = msgspec.field(
         default_factory=list
@@ -45,9 +51,10 @@ class JobBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     secrets: Annotated[dict[body.Arg, body.Name], msgspec.Meta(max_length=256)] = msgspec.field(
         default_factory=dict
     )
-    inputs: Annotated[list[body.Arg], msgspec.Meta(max_length=256)] = msgspec.field(
+    inputs: Annotated[list[InputBody], msgspec.Meta(max_length=256)] = msgspec.field(
         default_factory=list
     )
+    repo: Annotated[str, msgspec.Meta(max_length=2048, pattern=body.NO_NUL)] = ""
 
 
 def job_json(job: JobRecord, waiting_for: str = "") -> dict[str, Any]:
@@ -67,7 +74,12 @@ def job_json(job: JobRecord, waiting_for: str = "") -> dict[str, Any]:
         "priority": job.priority,
         "timeout_seconds": job.timeout_seconds,
         "command": job.command,
-        "python": bool(job.python),
+        "python": bool(job.python or job.python_sha256),
+        "python_sha256": job.python_sha256 or None,
+        "inputs": job.inputs,
+        "repo": job.repo or None,
+        "outputs": job.outputs,
+        "metrics": job.metrics,
         "env": sorted(job.env),  # names only: values may be sensitive
         "secrets": sorted(job.secrets),
         "created_by": job.created_by,
@@ -79,8 +91,6 @@ def job_json(job: JobRecord, waiting_for: str = "") -> dict[str, Any]:
 
 
 def _spec(b: JobBody) -> jobs.JobSpec:
-    if b.inputs:
-        raise Invalid("inputs need the artifact store, which this server does not offer yet")
     return jobs.JobSpec(
         command=b.command,
         python=b.python,
@@ -94,6 +104,8 @@ def _spec(b: JobBody) -> jobs.JobSpec:
         priority=b.priority,
         tenant=b.tenant,
         secrets=b.secrets,
+        inputs=[{"name": i.name, "sha256": i.sha256, "kind": i.kind} for i in b.inputs],
+        repo=b.repo,
     )
 
 
@@ -112,7 +124,12 @@ async def submit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     batch = isinstance(payload, list)
     bodies = payload if isinstance(payload, list) else [payload]
     created = await jobs.submit(
-        rt.db, caller, [_spec(b) for b in bodies], rt.pools, request_id=request_id(request)
+        rt.db,
+        caller,
+        [_spec(b) for b in bodies],
+        rt.pools,
+        request_id=request_id(request),
+        cas=rt.cas,
     )
     rt.the_hub().poke()  # this server's workers need not wait for the NOTIFY round trip
     if batch:
@@ -168,7 +185,8 @@ async def logs(
     caller = await identify(request)
     if not 0 <= after <= MAX_ID:
         raise Invalid(f"after must be between 0 and {MAX_ID}")
-    job, chunks = await jobs.output(rt.db, caller, _id(job_id), after=after)
+    store = rt.cas.store if rt.cas is not None else None
+    job, chunks = await jobs.output(rt.db, caller, _id(job_id), after=after, store=store)
     if not follow:
         return {
             "state": job.state,
@@ -180,7 +198,7 @@ async def logs(
         cursor = after
         idle = 0.05
         while True:
-            current, got = await jobs.output(rt.db, caller, job_id, after=cursor)
+            current, got = await jobs.output(rt.db, caller, job_id, after=cursor, store=store)
             for c in got:
                 cursor = c.id
                 yield msgspec.json.encode(_chunk(c, encoding)) + b"\n"

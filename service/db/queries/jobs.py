@@ -36,15 +36,17 @@ _SUBMIT_SQL = """
 WITH r AS (
     SELECT * FROM jsonb_to_recordset(CAST(:jobs AS jsonb)) AS r(
         n int, tenant text, kind text, pool text, labels text[], device_policy text,
-        command text[], python text, env jsonb, secrets jsonb, timeout_seconds float8,
-        max_attempts int, priority int, created_by text)
+        command text[], python text, python_sha256 text, env jsonb, secrets jsonb,
+        inputs jsonb, repo text, timeout_seconds float8, max_attempts int, priority int,
+        created_by text)
 ), t AS (
     INSERT INTO tenants (name) SELECT DISTINCT tenant FROM r ON CONFLICT DO NOTHING
 ), j AS (
-    INSERT INTO jobs (tenant, kind, pool, labels, device_policy, command, python, env, secrets,
-                      timeout_seconds, max_attempts, priority, created_by)
-    SELECT tenant, kind, pool, labels, device_policy, command, python, env, secrets,
-           timeout_seconds, max_attempts, priority, created_by
+    INSERT INTO jobs (tenant, kind, pool, labels, device_policy, command, python,
+                      python_sha256, env, secrets, inputs, repo, timeout_seconds, max_attempts,
+                      priority, created_by)
+    SELECT tenant, kind, pool, labels, device_policy, command, python, python_sha256, env,
+           secrets, inputs, repo, timeout_seconds, max_attempts, priority, created_by
     FROM r ORDER BY n
     RETURNING {cols}
 ), a AS (
@@ -52,7 +54,8 @@ WITH r AS (
     SELECT :caller, 'job.submitted',
            CASE WHEN count(*) = 1 THEN min(id)::text ELSE min(id) || '..' || max(id) END,
            CASE WHEN count(DISTINCT tenant) = 1 THEN min(tenant) END,
-           :request_id, jsonb_build_object('count', count(*))
+           :request_id, jsonb_strip_nulls(jsonb_build_object('count', count(*),
+                                          'on_behalf_of', CAST(:on_behalf AS text)))
     FROM j
 ), wake AS (
     SELECT pg_notify('{channel}', '')
@@ -62,7 +65,12 @@ SELECT j.* FROM j CROSS JOIN wake ORDER BY j.id
 
 
 async def submit_many(
-    conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, caller: str, request_id: str
+    conn: AsyncConnection,
+    rows: Sequence[dict[str, Any]],
+    *,
+    caller: str,
+    request_id: str,
+    on_behalf: str = "",
 ) -> list[JobRecord]:
     """Queue jobs, make their tenants, audit the submit and wake every server: one statement.
 
@@ -71,7 +79,12 @@ async def submit_many(
     payload = [{"n": i, **row} for i, row in enumerate(rows)]
     result = await conn.execute(
         text(_SUBMIT_SQL),
-        {"jobs": json.dumps(payload), "caller": caller, "request_id": request_id},
+        {
+            "jobs": json.dumps(payload),
+            "caller": caller,
+            "request_id": request_id,
+            "on_behalf": on_behalf or None,
+        },
     )
     return [JobRecord.of(r) for r in result]
 
@@ -177,3 +190,10 @@ async def output_after(
 async def states(conn: AsyncConnection, job_id: int) -> str | None:
     row = (await conn.execute(select(jobs.c.state).where(jobs.c.id == job_id))).one_or_none()
     return row[0] if row else None
+
+
+async def tenants_of(conn: AsyncConnection, job_ids: Sequence[int]) -> dict[int, str]:
+    rows = await conn.execute(
+        select(jobs.c.id, jobs.c.tenant).where(jobs.c.id.in_(sorted(set(job_ids))))
+    )
+    return {r[0]: r[1] for r in rows}

@@ -173,3 +173,54 @@ async def already_finished(
 
 def _columns(items: Sequence[tuple[object, ...]], *names: str) -> dict[str, list[object]]:
     return {name: [item[i] for item in items] for i, name in enumerate(names)}
+
+
+async def live_jobs(conn: AsyncConnection, items: Sequence[tuple[int, int, str]]) -> dict[Key, str]:
+    """Of (job, epoch, worker), those that are the worker's live lease: their job's tenant."""
+    if not items:
+        return {}
+    rows = await conn.execute(
+        text(
+            """
+            SELECT j.id, l.epoch, j.tenant FROM leases l
+            JOIN unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]), CAST(:workers AS uuid[]))
+                AS v(job, epoch, worker)
+              ON l.job_id = v.job AND l.epoch = v.epoch AND l.worker_id = v.worker
+            JOIN jobs j ON j.id = l.job_id
+            WHERE l.state = 'live'
+            """
+        ),
+        _columns(items, "jobs", "epochs", "workers"),
+    )
+    return {(r[0], r[1]): r[2] for r in rows}
+
+
+async def merge_metrics(conn: AsyncConnection, items: Sequence[tuple[int, str]]) -> None:
+    """Merge emitted numbers (job, JSON object) into each job's metrics: newest per name."""
+    if items:
+        await conn.execute(
+            text(
+                """
+                UPDATE jobs SET metrics = jobs.metrics || CAST(v.m AS jsonb)
+                FROM unnest(CAST(:jobs AS bigint[]), CAST(:ms AS text[])) WITH ORDINALITY
+                    AS v(job, m, n)
+                WHERE jobs.id = v.job
+                """
+            ),
+            {"jobs": [i[0] for i in items], "ms": [i[1] for i in items]},
+        )
+
+
+async def set_outputs(conn: AsyncConnection, items: Sequence[tuple[int, str]]) -> None:
+    """Record each finished job's outputs (job, JSON list)."""
+    if items:
+        await conn.execute(
+            text(
+                """
+                UPDATE jobs SET outputs = CAST(v.o AS jsonb)
+                FROM unnest(CAST(:jobs AS bigint[]), CAST(:os AS text[])) AS v(job, o)
+                WHERE jobs.id = v.job
+                """
+            ),
+            {"jobs": [i[0] for i in items], "os": [i[1] for i in items]},
+        )

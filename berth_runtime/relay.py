@@ -1,0 +1,98 @@
+"""The job's side of its relay to the worker: one request per connection.
+
+Wire format: a JSON line (the request, with the lease's secret), then for `save` exactly `size`
+raw bytes; the answer is a JSON line, then for `load` exactly `size` raw bytes.
+"""
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any, BinaryIO
+
+CHUNK = 1 << 20
+
+
+class RelayError(Exception):
+    """The worker refused (the lease ended, the tenant holds no such artifact, ...)."""
+
+
+def _connect() -> socket.socket:
+    path = os.environ.get("BERTH_RELAY", "")
+    if not path:
+        raise RelayError("not inside a berth job (BERTH_RELAY is not set)")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError as exc:
+        sock.close()
+        raise RelayError(
+            f"the worker's relay is not there ({exc}); the lease may have ended"
+        ) from None
+    return sock
+
+
+def _send(sock: socket.socket, request: dict[str, Any]) -> None:
+    request["secret"] = os.environ.get("BERTH_RELAY_SECRET", "")
+    sock.sendall(json.dumps(request).encode() + b"\n")
+
+
+def _answer(reader: BinaryIO) -> dict[str, Any]:
+    line = reader.readline()
+    if not line.endswith(b"\n"):
+        raise RelayError("the worker closed the relay")
+    answer: dict[str, Any] = json.loads(line)
+    if answer.get("error"):
+        raise RelayError(str(answer["error"]))
+    return answer
+
+
+def call(request: dict[str, Any]) -> dict[str, Any]:
+    """One request without a body; its answer."""
+    with _connect() as sock, sock.makefile("rb") as reader:
+        _send(sock, request)
+        return _answer(reader)
+
+
+def emit(**metrics: float) -> None:
+    """Record numbers for this job (`loss=0.5`): the newest value of each name is kept."""
+    values = {}
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"emit({name}=...) takes a number, not {type(value).__name__}")
+        values[name] = float(value)
+    call({"op": "emit", "values": values})
+
+
+def save_artifact(path: str | os.PathLike[str]) -> str:
+    """Store a file for this job's tenant; returns its ref (the sha256 of its content)."""
+    file = Path(path)
+    size = file.stat().st_size
+    with _connect() as sock, sock.makefile("rb") as reader, file.open("rb") as f:
+        _send(sock, {"op": "save", "size": size, "name": file.name})
+        sent = 0
+        while sent < size and (chunk := f.read(min(CHUNK, size - sent))):
+            sock.sendall(chunk)
+            sent += len(chunk)
+        if sent != size:
+            raise RelayError(f"{file} changed while it was sent")
+        return str(_answer(reader)["ref"])
+
+
+def load_artifact(ref: str, path: str | os.PathLike[str]) -> Path:
+    """Fetch the artifact `ref` (one this job's tenant holds) into `path`; returns the path."""
+    target = Path(path)
+    with _connect() as sock, sock.makefile("rb") as reader:
+        _send(sock, {"op": "load", "ref": ref})
+        answer = _answer(reader)
+        left = int(answer["size"])
+        tmp = target.with_name(f".{target.name}.part")
+        with tmp.open("wb") as f:
+            while left > 0:
+                chunk = reader.read(min(CHUNK, left))
+                if not chunk:
+                    raise RelayError("the relay closed before the artifact was whole")
+                f.write(chunk)
+                left -= len(chunk)
+        tmp.replace(target)
+    return target

@@ -1,0 +1,458 @@
+"""Artifacts: the server's store, and who may put and read which blob in it (SPEC 3).
+
+Contracts:
+- A tenant reads a blob only through a complete reference it holds (`db.queries.artifacts`
+  says when one holds); otherwise NotFound, the same answer as for a blob that does not exist,
+  so existence does not leak. Knowing a hash is not enough.
+- An upload commits its reference (pending: size -1, it grants no read) BEFORE the blob is
+  written, under the blob's shared lock, and completes it after; a failed write drops it. So
+  the collector (`artifact_gc`) either sees the reference or deleted the blob before it was
+  made, and the writer then writes the blob anew (the store's put skips an existing blob).
+- A fleet-wide worker (no tenants) reads and writes any blob; a tenant-bound one only blobs its
+  tenants hold. A worker's write for (job, epoch) references the blob for the job's tenant only
+  while that is the worker's live lease (fenced like reports); without a job it is a plain write.
+- A corrupt blob is refused with the reason (CorruptBlob, 422) and removed when this process
+  holds the blobs (`local`, `s3`), so that an upload heals it; a remote store heals itself.
+- Other domain code references blobs for jobs with `reference_held` (what a tenant names:
+  inputs, code; NotFound unless it holds them) or `reference` (what was just written for it).
+"""
+
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service import protocol
+from service.auth.callers import Caller, Kind
+from service.cas import base, factory
+from service.cas.http import NO_HEADERS
+from service.config import Config
+from service.core.errors import BerthError, Conflict, Forbidden, Invalid, NotFound, StaleEpoch
+from service.db.engine import Database
+from service.db.queries import artifacts as artifacts_q
+from service.domain import audit
+from service.domain.tokens import DEFAULT_TENANT, check_name
+
+log = structlog.get_logger(__name__)
+
+DAY = 86400.0
+WORKER_PATH = "/api/v1/workers/cas"  # the workers' base URL under the server's
+WORKER_WRITES = ("output", "log")  # what a worker's write may reference for its job
+SERVE_KEY_INFO = b"berth cas serve v1"
+MAX_ID = 2**63 - 1  # what the bigint columns hold
+MAX_EPOCH = 2**31 - 1
+
+
+class CorruptBlob(BerthError):
+    """Content that does not hash to its name: a body on upload, or a stored blob on read."""
+
+    status = 422
+
+
+@dataclass
+class ServerStore:
+    """The server's store and how long references hold blobs in it.
+
+    `heals`: the blobs are here (local, s3), so a corrupt one is removed on sight; a remote
+    (http, cached) removes its own.
+    """
+
+    store: base.Store
+    heals: bool
+    gc_days: float
+    _id: str | None = field(default=None, repr=False)
+
+    @property
+    def gc(self) -> float:
+        """Seconds a reference holds its blob after what made it ended."""
+        return self.gc_days * DAY
+
+    async def id(self) -> str:
+        if self._id is None:
+            self._id = await self.store.id()
+        return self._id
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    sha256: str
+    size: int
+    created: bool  # False: the store had it already (the body was still read and checked)
+
+
+def serve_key(secret_key: bytes) -> str:
+    """The bearer key of `berth cas serve`: derived from the installation's secret key."""
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=SERVE_KEY_INFO)
+    return hkdf.derive(secret_key).hex()
+
+
+def open_server_store(config: Config, *, home: Path, secret_key: bytes) -> ServerStore:
+    """The store `[cas]` names (default: a folder under $BERTH_HOME/cas, 0700). No I/O yet."""
+    cas = config.cas
+    remote = cas.provider in ("http", "cached")
+    headers = {"Authorization": f"Bearer {serve_key(secret_key)}"} if remote else NO_HEADERS
+    try:
+        store = factory.open_store(cas, home=home, headers=headers)
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
+    return ServerStore(store=store, heals=not remote, gc_days=cas.gc_days)
+
+
+async def access(
+    config: Config, server: ServerStore, *, server_url: str, secret_key: bytes
+) -> protocol.CasAccess:
+    """How a worker reaches this server's store: the CasAccess of its welcome."""
+    cas = config.cas
+    store_id = await server.id()
+    match cas.provider:
+        case "local":  # through this server, with the worker's own credential
+            url = server_url.rstrip("/") + WORKER_PATH
+            return protocol.CasAccess(id=store_id, provider="http", url=url, token="")
+        case "http" | "cached":  # the remote `berth cas serve`, with the installation's key
+            token = serve_key(secret_key)
+            return protocol.CasAccess(id=store_id, provider="http", url=cas.url, token=token)
+        case "s3":
+            return protocol.CasAccess(
+                id=store_id,
+                provider="s3",
+                bucket=cas.bucket,
+                prefix=cas.prefix,
+                endpoint_url=cas.endpoint_url,
+                region=cas.region,
+            )
+    raise Invalid(f"cas.provider: unknown store {cas.provider!r}")
+
+
+def for_worker(access: protocol.CasAccess, tenants: list[str]) -> protocol.CasAccess:
+    """The store access a worker's welcome carries.
+
+    A tenant-bound worker reaches the store only through this server, which limits it to its
+    tenants' blobs; the store's own key (or bucket) would reach every tenant's.
+    """
+    if not tenants or (access.provider == "http" and access.url.startswith("/")):
+        return access
+    return protocol.CasAccess(id=access.id, provider="http", url=WORKER_PATH, token="")
+
+
+def check_sha(name: str) -> str:
+    try:
+        return base.check_name(name)
+    except base.BadName as exc:
+        raise Invalid(str(exc)) from None
+
+
+def _write_tenant(caller: Caller, wanted: str | None) -> str:
+    """The tenant an upload is for, decided as job submit does.
+
+    The one named, else the caller's only one ("default" for an admin).
+    """
+    if wanted:
+        check_name(wanted, "tenant")
+        if not caller.sees(wanted):
+            raise Forbidden(f"you may not upload to tenant {wanted!r}")
+        return wanted
+    if caller.all_tenants:
+        return DEFAULT_TENANT
+    if len(caller.tenants) == 1:
+        return next(iter(caller.tenants))
+    raise Invalid("say which tenant: you hold several (--tenant / ?tenant=)")
+
+
+def _read_tenants(caller: Caller, wanted: str | None) -> list[str]:
+    """The tenants whose references a read may go through (none: the answer is NotFound)."""
+    if wanted:
+        check_name(wanted, "tenant")
+        return [wanted] if caller.sees(wanted) else []
+    if caller.all_tenants:
+        return [DEFAULT_TENANT]
+    return sorted(caller.tenants)
+
+
+async def _held(db: Database, server: ServerStore, tenants: list[str], sha256: str) -> None:
+    """NotFound unless one of `tenants` holds a complete reference to the blob."""
+    if tenants:
+        async with db.begin() as conn:
+            size = await artifacts_q.held_size(conn, tenants=tenants, sha256=sha256, gc=server.gc)
+        if size is not None:
+            return
+    raise NotFound(f"no blob {sha256}")
+
+
+async def _size(server: ServerStore, sha256: str) -> int:
+    size = await server.store.stat(sha256)
+    if size is None:
+        raise NotFound(f"no blob {sha256}")
+    return size
+
+
+# -- tenants ---------------------------------------------------------------------------------
+
+
+async def upload(
+    db: Database,
+    server: ServerStore,
+    caller: Caller,
+    *,
+    sha256: str,
+    chunks: AsyncIterable[bytes],
+    tenant: str | None,
+    request_id: str = "",
+) -> Stored:
+    """Store a tenant's upload, checked against its name, and reference it for the tenant."""
+    sha = check_sha(sha256)
+    scope = _write_tenant(caller, tenant)
+    async with db.begin() as conn:
+        ref_id = await artifacts_q.insert(
+            conn, tenant=scope, sha256=sha, size=-1, what="upload", job_id=None, by=str(caller)
+        )
+    stored = await _write(db, server, ref_id, sha, chunks)
+    async with db.begin() as conn:
+        await _complete(conn, ref_id, stored.size)
+        await audit.record(
+            conn, caller, "cas.uploaded", sha, tenant=scope, request_id=request_id, size=stored.size
+        )
+    return stored
+
+
+async def stat(
+    db: Database, server: ServerStore, caller: Caller, *, sha256: str, tenant: str | None
+) -> int:
+    """The blob's size, when the caller's tenant (or `tenant`) holds it; NotFound otherwise."""
+    sha = check_sha(sha256)
+    await _held(db, server, _read_tenants(caller, tenant), sha)
+    return await _size(server, sha)
+
+
+# -- workers ---------------------------------------------------------------------------------
+
+
+def _worker(caller: Caller) -> None:
+    if caller.kind is not Kind.WORKER:
+        raise Forbidden("only workers use this route")
+
+
+async def worker_stat(db: Database, server: ServerStore, caller: Caller, *, sha256: str) -> int:
+    """The blob's size: any blob for a fleet-wide worker, its tenants' for a tenant-bound one."""
+    _worker(caller)
+    sha = check_sha(sha256)
+    if caller.tenants:
+        await _held(db, server, sorted(caller.tenants), sha)
+    return await _size(server, sha)
+
+
+async def worker_upload(
+    db: Database,
+    server: ServerStore,
+    caller: Caller,
+    *,
+    sha256: str,
+    chunks: AsyncIterable[bytes],
+    job: int | None,
+    epoch: int | None,
+    what: str | None,
+) -> Stored:
+    """A worker's write; with (job, epoch, what) referenced for the job's tenant, fenced."""
+    _worker(caller)
+    sha = check_sha(sha256)
+    if job is None:
+        if epoch is not None or what is not None:
+            raise Invalid("epoch and what go with job")
+        if caller.tenants:  # a tenant's own machine writes only what its tenants hold
+            await _held(db, server, sorted(caller.tenants), sha)
+        return await _put(server, sha, chunks)
+    if epoch is None or what not in WORKER_WRITES:
+        raise Invalid(f"a write for a job names its epoch and what ({', '.join(WORKER_WRITES)})")
+    if not (1 <= job <= MAX_ID and 0 <= epoch <= MAX_EPOCH):
+        raise StaleEpoch(f"job {job} epoch {epoch} is not a live lease of this worker")
+    async with db.begin() as conn:
+        scope = await artifacts_q.live_lease_tenant(
+            conn, job_id=job, epoch=epoch, worker=caller.name
+        )
+        if scope is None or (caller.tenants and scope not in caller.tenants):
+            raise StaleEpoch(f"job {job} epoch {epoch} is not a live lease of this worker")
+        ref_id = await artifacts_q.insert(
+            conn, tenant=scope, sha256=sha, size=-1, what=what, job_id=job, by=str(caller)
+        )
+    stored = await _write(db, server, ref_id, sha, chunks)
+    async with db.begin() as conn:
+        await _complete(conn, ref_id, stored.size)
+    return stored
+
+
+# -- for other domain code -------------------------------------------------------------------
+
+
+async def reference_held(
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    sha256: str,
+    what: str,
+    job_id: int,
+    by: str,
+    gc_days: float,
+) -> int:
+    """Reference for job `job_id` a blob that `tenant` already holds (inputs, code): its size.
+
+    NotFound when the tenant holds no complete reference to it, the same answer as for a blob
+    that does not exist. In the caller's transaction, under the blob's shared lock.
+    """
+    sha = check_sha(sha256)
+    await artifacts_q.lock_shared(conn, sha)
+    size = await artifacts_q.held_size(conn, tenants=[tenant], sha256=sha, gc=gc_days * DAY)
+    if size is None:
+        raise NotFound(f"no blob {sha}")
+    await artifacts_q.insert(
+        conn, tenant=tenant, sha256=sha, size=size, what=what, job_id=job_id, by=by
+    )
+    return size
+
+
+async def reference(
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    sha256: str,
+    size: int,
+    what: str,
+    job_id: int | None,
+    by: str,
+) -> None:
+    """Reference a blob written to the store for `tenant` (a job's outputs and logs).
+
+    The caller vouches that the blob is in the store and came from that tenant's job: use it
+    for what a fleet-wide worker reports (it writes the store directly); for anything a tenant
+    or a tenant-bound worker names, use `reference_held`. A blob written before its reference
+    is kept by the collector for [cas] gc_days after it first sees it, long enough to report.
+    """
+    if size < 0:
+        raise Invalid("a blob's size is >= 0")
+    await artifacts_q.insert(
+        conn, tenant=tenant, sha256=check_sha(sha256), size=size, what=what, job_id=job_id, by=by
+    )
+
+
+async def reference_reported(
+    conn: AsyncConnection,
+    *,
+    worker_tenants: list[str],
+    tenant: str,
+    sha256: str,
+    size: int,
+    what: str,
+    job_id: int,
+) -> bool:
+    """Reference a blob a worker reports for its live job (outputs, saved artifacts).
+
+    A write through this server for the job already referenced it. Otherwise only a fleet-wide
+    worker is taken at its word (it reaches the store directly); a tenant-bound one could name
+    another tenant's hash, so its report is refused (False) unless the fenced write made it.
+    """
+    sha = check_sha(sha256)
+    if await artifacts_q.written_for_job(conn, job_id=job_id, sha256=sha):
+        return True
+    if worker_tenants:
+        log.warning("reported_blob_refused", job=job_id, sha256=sha, what=what)
+        return False
+    await reference(
+        conn, tenant=tenant, sha256=sha, size=size, what=what, job_id=job_id, by=f"job:{job_id}"
+    )
+    return True
+
+
+# -- reading and writing the store -----------------------------------------------------------
+
+
+async def read(
+    server: ServerStore, sha256: str, *, start: int = 0, end: int | None = None
+) -> AsyncGenerator[bytes, None]:
+    """The blob's bytes [start, end) to send, the whole blob verified.
+
+    NotFound or CorruptBlob come before the first byte when the store can tell by then (a blob
+    of one chunk); a corruption found later is raised by the stream, and the server drops the
+    connection rather than complete a wrong blob.
+    """
+    stream = server.store.get(sha256, start=start, end=end)
+    try:
+        first = await anext(stream, None)
+    except base.Missing:
+        await stream.aclose()
+        raise NotFound(f"no blob {sha256}") from None
+    except base.Corrupt as exc:
+        await stream.aclose()
+        raise await _corrupt(server, sha256, exc) from None
+    return _rest(server, sha256, first, stream)
+
+
+async def _rest(
+    server: ServerStore, sha256: str, first: bytes | None, stream: AsyncGenerator[bytes, None]
+) -> AsyncGenerator[bytes, None]:
+    async with contextlib.aclosing(stream):
+        if first is None:
+            return
+        yield first
+        try:
+            async for chunk in stream:
+                yield chunk
+        except base.Corrupt as exc:
+            raise await _corrupt(server, sha256, exc) from None
+
+
+async def _corrupt(server: ServerStore, sha256: str, exc: base.Corrupt) -> CorruptBlob:
+    """Log a corrupt stored blob and remove it when it is here, so an upload can heal it."""
+    log.warning("cas_blob_corrupt", sha256=sha256, reason=str(exc), removed=server.heals)
+    if server.heals:
+        with contextlib.suppress(base.CasError):
+            await server.store.delete(sha256)
+    return CorruptBlob(f"{exc}; it was removed, upload it again" if server.heals else str(exc))
+
+
+async def write(server: ServerStore, sha256: str, chunks: AsyncIterable[bytes]) -> Stored:
+    """Store a blob checked against its name, referencing nothing (`berth cas serve`)."""
+    return await _put(server, check_sha(sha256), chunks)
+
+
+async def delete(server: ServerStore, sha256: str) -> bool:
+    """Remove a blob (the installation's collector, through `berth cas serve`)."""
+    return await server.store.delete(check_sha(sha256))
+
+
+async def size_of(server: ServerStore, sha256: str) -> int:
+    """The blob's size; NotFound when the store lacks it (`berth cas serve`)."""
+    return await _size(server, check_sha(sha256))
+
+
+async def _put(server: ServerStore, sha256: str, chunks: AsyncIterable[bytes]) -> Stored:
+    existed = await server.store.stat(sha256) is not None
+    try:
+        _, size = await server.store.put(chunks, sha256=sha256)
+    except base.Corrupt:
+        # The store read the whole body before it could tell; nothing of it was kept.
+        raise CorruptBlob(
+            f"the body does not hash to its name {sha256}; nothing was kept"
+        ) from None
+    return Stored(sha256=sha256, size=size, created=not existed)
+
+
+async def _write(
+    db: Database, server: ServerStore, ref_id: int, sha256: str, chunks: AsyncIterable[bytes]
+) -> Stored:
+    """Put the blob behind a pending reference; drop the reference when the put fails."""
+    try:
+        return await _put(server, sha256, chunks)
+    except BaseException:
+        # Also on cancellation (the client went away); a row this misses lets go in a day.
+        with contextlib.suppress(Exception):
+            async with db.begin() as conn:
+                await artifacts_q.drop(conn, ref_id=ref_id)
+        raise
+
+
+async def _complete(conn: AsyncConnection, ref_id: int, size: int) -> None:
+    if not await artifacts_q.complete(conn, ref_id=ref_id, size=size):
+        raise Conflict("the upload outlasted its reservation; upload it again")

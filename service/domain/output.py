@@ -1,0 +1,108 @@
+"""A job's output: Postgres keeps the newest `output_tail_kb`, the store keeps the rest.
+
+Workers stream output live into job_output rows. The leader's packer moves each job's oldest
+rows beyond its tail into the artifact store, a segment at a time (one msgpack blob of the rows,
+ids kept), referenced for the job's tenant; the rows go in the same transaction. Reading merges
+segments and rows by id, so `job logs` returns everything, byte for byte, in order.
+"""
+
+import contextlib
+from typing import Any
+
+import msgspec
+import structlog
+from sqlalchemy import text
+
+from service.cas.base import Store
+from service.db.engine import Database
+from service.db.queries import jobs as jobs_q
+from service.db.queries import output as output_q
+from service.db.records import OutputChunk
+from service.domain import artifacts
+
+log = structlog.get_logger(__name__)
+
+SEGMENT_BYTES = 8 << 20  # the most output one segment holds
+Record = tuple[int, int, int, str, bytes]  # id, epoch, seq, stream, data
+_decode = msgspec.msgpack.Decoder(list[Record]).decode
+
+
+class PackedByAnother(Exception):
+    """Another leader packed these rows first: this pass's segment is dropped."""
+
+
+async def pack(db: Database, store: Store, *, tail: int, limit: int = 100) -> int:
+    """Move output beyond each job's tail into the store; returns the segments made."""
+    async with db.begin() as conn:
+        jobs = await output_q.over_tail(conn, tail=tail, limit=limit)
+    made = 0
+    for job_id in jobs:
+        async with db.begin() as conn:
+            rows = await output_q.oldest_beyond_tail(conn, job_id, tail=tail, most=SEGMENT_BYTES)
+        if not rows:
+            continue
+        blob = msgspec.msgpack.encode(
+            [(r["id"], r["epoch"], r["seq"], r["stream"], bytes(r["data"])) for r in rows]
+        )
+        sha, size = await store.put(_one(blob))
+        with contextlib.suppress(PackedByAnother):
+            await _commit(db, job_id, rows, sha, size)
+            made += 1
+    return made
+
+
+async def _commit(
+    db: Database, job_id: int, rows: list[dict[str, Any]], sha: str, size: int
+) -> None:
+    first, last = rows[0]["id"], rows[-1]["id"]
+    async with db.begin() as conn:
+        # One packer per job at a time (two leaders may overlap for a moment).
+        await conn.execute(text("SELECT pg_advisory_xact_lock(1650815605, :j)"), {"j": job_id})
+        still = await conn.execute(
+            text("SELECT count(*) FROM job_output WHERE job_id = :j AND id BETWEEN :f AND :l"),
+            {"j": job_id, "f": first, "l": last},
+        )
+        if still.scalar_one() != len(rows):
+            raise PackedByAnother
+        job = await jobs_q.get(conn, job_id, tenants=None)
+        if job is None:
+            return
+        await artifacts.reference(
+            conn,
+            tenant=job.tenant,
+            sha256=sha,
+            size=size,
+            what="log",
+            job_id=job_id,
+            by="service:berth",
+        )
+        await output_q.add_segment(
+            conn, job_id=job_id, first_id=first, last_id=last, sha256=sha, size=size
+        )
+
+
+async def _one(blob: bytes) -> Any:  # noqa: ANN401  (an async iterator of one chunk)
+    yield blob
+
+
+async def read(
+    db: Database, store: Store | None, job_id: int, *, after: int, limit: int = 1000
+) -> list[OutputChunk]:
+    """The job's output after id `after`, from its segments and rows, in order."""
+    async with db.begin() as conn:
+        segments = await output_q.segments_after(conn, job_id, after=after)
+    chunks: list[OutputChunk] = []
+    cursor = after
+    for segment in segments:
+        if store is None:
+            break
+        blob = b"".join([c async for c in store.get(segment["sha256"])])
+        for rid, _epoch, _seq, stream, data in _decode(blob):
+            if rid > cursor:
+                chunks.append(OutputChunk(id=rid, stream=stream, data=data))
+        cursor = max(cursor, segment["last_id"])
+        if len(chunks) >= limit:
+            return chunks
+    async with db.begin() as conn:
+        rows = await jobs_q.output_after(conn, job_id, after=cursor, limit=limit - len(chunks))
+    return chunks + rows

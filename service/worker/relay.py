@@ -1,0 +1,199 @@
+"""The worker's side of a job's relay: a Unix socket in the job's own 0700 folder.
+
+A job's `berth` command and its runtime (`emit`, `save_artifact`, `load_artifact`) talk to its
+worker here, one request per connection, proving the lease's secret. The worker acts while the
+lease is live and refuses once it ended: API calls go to the server over the worker's socket and
+the server runs them as `job:<id>` with a member's powers in the job's tenant; artifacts go
+to the store directly, and the server references them for the job's tenant (fenced by lease).
+
+Nothing the job sends is trusted: the secret is compared in constant time, a request line is
+capped, a `save` is exactly `size` bytes, and a `load` is answered only for an artifact the
+job's tenant holds (the server checks, as the job).
+"""
+
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import secrets as stdlib_secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from service import protocol
+from service.cas.base import CasError, Store
+
+MAX_LINE = 1 << 20
+CHUNK = 1 << 20
+
+ApiCall = Callable[[str, str, Any], Awaitable[tuple[int, Any]]]  # (method, path, body)
+
+
+@dataclass
+class Relay:
+    """One job's relay. `api` relays a call to the server as the job; `emit`/`saved` report."""
+
+    socket_path: Path
+    store: Store | None
+    api: ApiCall
+    emit: Callable[[dict[str, float]], None]
+    saved: Callable[[str, int], Awaitable[bool]]  # True once the server referenced it
+    secret: str = field(default_factory=lambda: stdlib_secrets.token_urlsafe(32))
+    live: bool = True
+    _server: asyncio.base_events.Server | None = None
+
+    async def start(self, uid: int, gid: int) -> None:
+        """Listen in the job's folder; only the job's user may connect (the folder is 0700)."""
+        self.socket_path.parent.mkdir(mode=0o700, exist_ok=True)
+        os.chown(self.socket_path.parent, uid, gid)
+        self._server = await asyncio.start_unix_server(
+            self._handle, path=str(self.socket_path), limit=MAX_LINE
+        )
+        os.chown(self.socket_path, uid, gid)
+
+    async def close(self) -> None:
+        """The lease ended: refuse from now on, and stop listening."""
+        self.live = False
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._serve(reader, writer)
+        except (ValueError, KeyError, TypeError, asyncio.LimitOverrunError) as exc:
+            await _answer(writer, {"error": f"bad request: {exc}"})
+        except (CasError, ConnectionError, OSError) as exc:
+            await _answer(writer, {"error": str(exc)})
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = json.loads(await reader.readuntil(b"\n"))
+        if not isinstance(request, dict) or not hmac.compare_digest(
+            str(request.get("secret", "")), self.secret
+        ):
+            await _answer(writer, {"error": "refused: this relay is another job's"})
+            return
+        if not self.live:
+            await _answer(writer, {"error": "the job's lease has ended: the relay refuses"})
+            return
+        match request.get("op"):
+            case "emit":
+                values = {str(k): float(v) for k, v in dict(request["values"]).items()}
+                self.emit(values)
+                await _answer(writer, {"ok": True})
+            case "api":
+                status, body = await self.api(
+                    str(request["method"]), str(request["path"]), request.get("body")
+                )
+                await _answer(writer, {"status": status, "body": body})
+            case "save":
+                await self._save(int(request["size"]), reader, writer)
+            case "load":
+                await self._load(str(request["ref"]), writer)
+            case other:
+                await _answer(writer, {"error": f"unknown op {other!r}"})
+
+    async def _save(
+        self, size: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if self.store is None:
+            await _answer(writer, {"error": "this worker reaches no artifact store"})
+            return
+        if size < 0:
+            raise ValueError("size must be >= 0")
+        sha, stored = await self.store.put(_exactly(reader, size))
+        if not await self.saved(sha, stored):
+            await _answer(writer, {"error": "the artifact could not be referenced (lease ended?)"})
+            return
+        await _answer(writer, {"ref": sha, "size": stored})
+
+    async def _load(self, ref: str, writer: asyncio.StreamWriter) -> None:
+        if self.store is None:
+            await _answer(writer, {"error": "this worker reaches no artifact store"})
+            return
+        status, _ = await self.api("HEAD", f"/api/v1/cas/{ref}", None)
+        size = await self.store.stat(ref) if status == 200 else None
+        if size is None:  # the job's tenant holds no such artifact: the same as none at all
+            await _answer(writer, {"error": f"no artifact {ref}"})
+            return
+        await _answer(writer, {"size": size})
+        async with contextlib.aclosing(self.store.get(ref)) as chunks:
+            async for chunk in chunks:
+                writer.write(chunk)
+                await writer.drain()
+
+
+async def _exactly(reader: asyncio.StreamReader, size: int) -> AsyncIterator[bytes]:
+    left = size
+    while left > 0:
+        chunk = await reader.read(min(CHUNK, left))
+        if not chunk:
+            raise ConnectionError("the job closed the relay before sending the whole artifact")
+        left -= len(chunk)
+        yield chunk
+
+
+async def _answer(writer: asyncio.StreamWriter, answer: dict[str, Any]) -> None:
+    writer.write(json.dumps(answer).encode() + b"\n")
+    await writer.drain()
+
+
+RELAY_TIMEOUT = 60.0  # seconds a job's relayed call may wait for the server
+
+
+@dataclass
+class Calls:
+    """Jobs' API calls on their way to the server over the worker's socket, by id."""
+
+    ws: Any = None  # this session's connection; None between sessions
+    _seq: int = 0
+    _waiting: dict[int, "asyncio.Future[protocol.RelayResponse]"] = field(default_factory=dict)
+
+    async def call(
+        self,
+        job: int,
+        epoch: int,
+        method: str,
+        path: str,
+        body: Any,  # noqa: ANN401
+    ) -> tuple[int, Any]:
+        """(status, JSON body) of the call, run by the server as `job:<job>`."""
+        ws = self.ws
+        if ws is None:
+            return 503, {"error": "the worker is not connected to a server right now"}
+        self._seq += 1
+        ask = protocol.RelayRequest(
+            id=self._seq,
+            job=job,
+            epoch=epoch,
+            # The job may name any method: the server's decoder refuses one it does not offer.
+            method=method,  # type: ignore[arg-type]
+            path=path,
+            body=json.dumps(body).encode() if body is not None else b"",
+        )
+        answer: asyncio.Future[protocol.RelayResponse] = asyncio.get_running_loop().create_future()
+        self._waiting[ask.id] = answer
+        try:
+            await ws.send(protocol.encode(ask).decode())
+            got = await asyncio.wait_for(answer, timeout=RELAY_TIMEOUT)
+        except (TimeoutError, ConnectionError, OSError):
+            return 503, {"error": "the server did not answer the relayed call"}
+        except Exception as exc:  # the socket closed under the call (websockets' own errors)
+            return 503, {"error": f"the worker lost the server: {exc}"}
+        finally:
+            self._waiting.pop(ask.id, None)
+        try:
+            return got.status, json.loads(got.body) if got.body else None
+        except ValueError:
+            return got.status, None
+
+    def answered(self, frame: protocol.RelayResponse) -> None:
+        if (waiting := self._waiting.get(frame.id)) is not None and not waiting.done():
+            waiting.set_result(frame)
