@@ -3,8 +3,11 @@ helpers to run `berth serve` and `berth worker` as real processes."""
 
 import asyncio
 import contextlib
+import logging
+import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -97,9 +100,16 @@ def worker_factory(tmp_path):
 
     started: list[Worker] = []
 
-    def make(server, token: str, pool: str, *args: str, name: str = "w") -> Worker:
+    def make(
+        server, token: str, pool: str, *args: str, name: str = "w", env: dict | None = None
+    ) -> Worker:
         w = Worker(
-            server=server, token=token, pool=pool, home=tmp_path / f"worker-{name}", args=args
+            server=server,
+            token=token,
+            pool=pool,
+            home=tmp_path / f"worker-{name}",
+            args=args,
+            extra_env=env or {},
         )
         started.append(w)
         return w.start()
@@ -117,3 +127,46 @@ def shared_dir() -> Iterator[Path]:
     path.chmod(0o1777)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 for the session, with fake credentials in the env."""
+    from moto.server import ThreadedMotoServer
+
+    saved = {k: os.environ.get(k) for k in S3_ENV}
+    os.environ.update(S3_ENV)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def bucket(s3_endpoint: str) -> str:
+    """A new, empty bucket."""
+    import boto3
+
+    name = f"berth-{uuid.uuid4().hex[:12]}"
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket=name)
+    client.close()
+    return name

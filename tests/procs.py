@@ -144,12 +144,13 @@ class Worker:
     home: Path
     args: Sequence[str] = ()
     proc: subprocess.Popen[str] | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> "Worker":
         self.home.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "service", "worker", "--server", self.server.url]
         argv += ["--pool", self.pool, *self.args]
-        env = self.server.env(BERTH_TOKEN=self.token, BERTH_HOME=str(self.home))
+        env = self.server.env(BERTH_TOKEN=self.token, BERTH_HOME=str(self.home), **self.extra_env)
         self.proc = subprocess.Popen(
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )

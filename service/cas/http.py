@@ -210,7 +210,7 @@ class HttpStore:
                     if resp.status_code == 200:
                         raise base.CasError(f"GET {url}: the server ignored the Range header")
                     await _fail(resp, "GET", url)
-                async for chunk in resp.aiter_bytes(files.CHUNK):
+                async for chunk in resp.aiter_bytes():
                     yield chunk
 
 

@@ -57,6 +57,11 @@ async def attach(
         )
     if caller.kind is not Kind.WORKER:
         raise Refusal("only a worker credential may attach as a worker")
+    if hello.cas and caller.tenants:
+        raise Refusal(
+            "a worker bound to tenants reaches the artifact store only through the server "
+            "(which keeps it to its tenants' blobs); remove [cas] from its berth.toml"
+        )
     if hello.protocol != protocol.PROTOCOL_VERSION:
         raise Refusal(
             f"protocol {hello.protocol} is not the server's ({protocol.PROTOCOL_VERSION}); "

@@ -13,7 +13,7 @@ import msgspec
 import structlog
 from sqlalchemy import text
 
-from service.cas.base import Store
+from service.cas.base import CasError, Store
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import output as output_q
@@ -96,10 +96,18 @@ async def read(
     for segment in segments:
         if store is None:
             break
-        blob = b"".join([c async for c in store.get(segment["sha256"])])
-        for rid, _epoch, _seq, stream, data in _decode(blob):
-            if rid > cursor:
-                chunks.append(OutputChunk(id=rid, stream=stream, data=data))
+        try:
+            blob = b"".join([c async for c in store.get(segment["sha256"])])
+        except CasError as exc:
+            # Expired with the job's other artifacts ([cas] gc_days), or lost: say so in place
+            # rather than fail the whole read.
+            log.warning("output_segment_unreadable", job=job_id, sha256=segment["sha256"])
+            gone = f"[berth: output {segment['first_id']}..{segment['last_id']} is gone: {exc}]\n"
+            chunks.append(OutputChunk(id=segment["last_id"], stream="stderr", data=gone.encode()))
+        else:
+            for rid, _epoch, _seq, stream, data in _decode(blob):
+                if rid > cursor:
+                    chunks.append(OutputChunk(id=rid, stream=stream, data=data))
         cursor = max(cursor, segment["last_id"])
         if len(chunks) >= limit:
             return chunks

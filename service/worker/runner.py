@@ -308,6 +308,8 @@ class Run:
     async def stop(self, reason: str) -> None:
         """Kill the job's whole group (TERM, then KILL after the grace period)."""
         self._stop_reason = self._stop_reason or reason
+        if self.relay is not None:
+            self.relay.live = False  # the lease is over: a job still in its grace is refused
         await self._started.wait()
         await self._kill_group()
 

@@ -93,3 +93,36 @@ def test_fleet_acks_heartbeats(bench_env):
     assert r["attached"] == r["workers"] == 20
     assert r["beats_acked"] > 0
     assert r["ack_p99_ms"] >= r["ack_p50_ms"]
+
+
+def run_script(pg_admin_url: str, name: str, *args: str) -> dict:
+    """A bench/berth script that finds Postgres itself (tests/pg.py), at tiny sizes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BERTH_", "BENCH_"))}
+    env.update(BERTH_TEST_DATABASE_URL=pg_admin_url, PYTHONUNBUFFERED="1")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "berth" / name), *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.timeout(120)
+def test_cas_bench_moves_the_blob_and_runs_the_jobs(pg_admin_url):
+    r = run_script(pg_admin_url, "cas_bench.py", "--size-mib", "4", "--runs", "2")
+    assert (r["scenario"], r["size_mib"], r["runs"]) == ("cas", 4, 2)
+    assert r["upload_gib_s"] > 0 and r["download_gib_s"] > 0
+    assert r["job_ms_median_one_input"] > 0 and r["job_ms_median_no_input"] > 0
+
+
+def test_provision_bench_decides(pg_admin_url):
+    r = run_script(
+        pg_admin_url, "provision_bench.py", "--jobs", "300", "--pools", "3", "--runs", "2"
+    )
+    assert (r["jobs"], r["pools"], r["runs"]) == (300, 3, 2)
+    assert r["starts_decided"] > 0

@@ -2,11 +2,8 @@
 
 import contextlib
 import hashlib
-import logging
-import os
 import random
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,14 +12,6 @@ import pytest
 from service.cas.http import HttpStore
 from service.cas.local import LocalStore
 from tests.cas.server import TOKEN, CasApp, serving
-
-S3_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-}
 
 
 def blob(size: int, seed: int = 0) -> bytes:
@@ -83,37 +72,3 @@ async def remote_server(root: Path, *, verify: bool = True) -> AsyncIterator[Rem
 async def remote(tmp_path: Path) -> AsyncIterator[Remote]:
     async with remote_server(tmp_path / "remote") as r:
         yield r
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1 for the session, with fake credentials in the env."""
-    from moto.server import ThreadedMotoServer
-
-    saved = {k: os.environ.get(k) for k in S3_ENV}
-    os.environ.update(S3_ENV)
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@pytest.fixture
-def bucket(s3_endpoint: str) -> str:
-    """A new, empty bucket."""
-    import boto3
-
-    name = f"berth-{uuid.uuid4().hex[:12]}"
-    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
-    client.create_bucket(Bucket=name)
-    client.close()
-    return name

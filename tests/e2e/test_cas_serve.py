@@ -20,7 +20,6 @@ import pytest
 from service.cas.http import HttpStore
 from service.cas.local import LocalStore
 from service.domain import artifacts, secrets
-from tests.cas.conftest import bucket, s3_endpoint  # noqa: F401  (fixtures used below)
 from tests.procs import Server, free_port, stop, wait_for
 
 MIB = 1 << 20
@@ -202,7 +201,7 @@ class TestCasCommands:
 
 
 class TestServerStores:
-    def test_s3(self, server_factory, s3_endpoint, bucket):  # noqa: F811
+    def test_s3(self, server_factory, s3_endpoint, bucket):
         """A server on `[cas] provider = "s3"` stores uploads in the bucket and serves them."""
         cas = {"provider": "s3", "bucket": bucket, "endpoint_url": s3_endpoint}
         s = server_factory({"cas": {**cas, "region": "us-east-1"}}, builtin_worker=False)

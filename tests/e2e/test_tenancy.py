@@ -96,6 +96,20 @@ class TestTenancy:
         for who in (ALPHA_MEMBER, ALPHA_OPERATOR):
             for method in ("GET", "HEAD"):
                 assert call(s, method, f"/api/v1/cas/{BLOB_SHA}", who).status_code == 404
+        # Nor can a job of alpha's name it as an input: the same 404, no job made.
+        r = call(
+            s,
+            "POST",
+            "/api/v1/jobs",
+            ALPHA_MEMBER,
+            json={
+                "command": ["true"],
+                "tenant": "alpha",
+                "inputs": [{"name": "stolen", "sha256": BLOB_SHA}],
+            },
+        )
+        assert r.status_code == 404 and BLOB_SHA in r.text, r.text
+        assert not call(s, "GET", "/api/v1/jobs", ADMIN, params={"tenant": "alpha"}).json()
         r = call(s, "PUT", f"/api/v1/cas/{BLOB_SHA}", ALPHA_MEMBER, content=BLOB)
         assert r.status_code == 200 and "bravo" not in r.text, r.text
         assert call(s, "GET", f"/api/v1/cas/{BLOB_SHA}", ALPHA_MEMBER).content == BLOB

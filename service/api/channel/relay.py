@@ -9,6 +9,7 @@ audit names the job's creator beside it.
 
 import json
 import re
+import urllib.parse
 from typing import Any
 
 import structlog
@@ -48,6 +49,9 @@ async def answer(rt: Runtime, session: Session, ask: protocol.RelayRequest) -> N
 async def _run(rt: Runtime, session: Session, ask: protocol.RelayRequest) -> tuple[int, bytes]:
     if not allowed(ask.method, ask.path):
         return 403, b'{"error": "a job may not make this call"}'
+    if "follow" in urllib.parse.parse_qs(ask.path.partition("?")[2]):
+        # A relayed answer is one frame: a follow would hold the call open for the job's life.
+        return 400, _error("a job may not follow output through the relay; wait for the job")
     try:
         job = await leasing.live_job(rt.db, session.worker, job=ask.job, epoch=ask.epoch)
     except BerthError as exc:
