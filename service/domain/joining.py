@@ -25,7 +25,7 @@ from service.db.queries import joining as joining_q
 from service.db.queries import tokens as tokens_q
 from service.db.queries import workers as workers_q
 from service.domain import audit
-from service.domain.tokens import check_name
+from service.domain.tokens import check_name, check_worker_name
 
 PREFIX = "brj_"
 LABEL = re.compile(r"\A[^,\x00-\x1f\x7f]{1,256}\Z")
@@ -70,7 +70,7 @@ async def issue(
     """
     if pool not in pools:
         raise Invalid(f"unknown pool {pool!r}; configured: {', '.join(sorted(pools))}")
-    name = check_name(name) if name else worker_name(pool)
+    name = check_worker_name(name) if name else worker_name(pool)
     for label in labels:
         if not LABEL.match(label):
             raise Invalid(f"label {label!r} must be 1-256 characters without commas")

@@ -22,7 +22,7 @@ from service.db.queries import reports as reports_q
 from service.db.queries import tokens as tokens_q
 from service.db.queries import workers as workers_q
 from service.db.records import JobRecord, TokenRecord, WorkerRecord
-from service.domain import audit
+from service.domain import audit, tokens
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +57,8 @@ async def attach(
         )
     if caller.kind is not Kind.WORKER:
         raise Refusal("only a worker credential may attach as a worker")
+    if caller.name in tokens.RESERVED_WORKER_NAMES:  # (a proxy's claims may name anything)
+        raise Refusal(f"a worker may not be named {caller.name!r}: it is reserved")
     if hello.cas and caller.tenants:
         raise Refusal(
             "a worker bound to tenants reaches the artifact store only through the server "

@@ -27,6 +27,19 @@ def check_name(name: str, what: str = "name") -> str:
     return name
 
 
+# Fixed paths under /api/v1/workers/: a worker of one of these names could not be drained,
+# disabled or enabled over HTTP (its name would be taken for the path).
+RESERVED_WORKER_NAMES = frozenset({"attach", "cas", "join-tokens"})
+
+
+def check_worker_name(name: str) -> str:
+    """A worker's name: a name, and none the worker routes use for themselves."""
+    check_name(name, "worker name")
+    if name in RESERVED_WORKER_NAMES:
+        raise Invalid(f"worker name {name!r} is reserved (a path under /api/v1/workers/)")
+    return name
+
+
 async def create(
     db: Database,
     caller: Caller,
@@ -44,6 +57,8 @@ async def create(
     except ValueError:
         kinds = ", ".join(k.value for k in TokenKind)
         raise Invalid(f"kind must be one of {kinds}; got {kind!r}") from None
+    if token_kind is TokenKind.WORKER:
+        check_worker_name(name)
     if not 0 < expires_days <= 3650:
         raise Invalid("expires must be between 0 and 3650 days")
     for t in tenants:

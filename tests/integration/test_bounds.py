@@ -90,6 +90,18 @@ class TestOtherBodies:
         names = {t["name"] for t in (await api.call("GET", "/api/v1/tokens")).json()}
         assert names == {"admin"}
 
+    @pytest.mark.parametrize("name", ["cas", "attach", "join-tokens"])
+    async def test_worker_names_the_routes_use(self, api: Api, name):
+        """A worker named like a fixed path under /api/v1/workers/ could not be drained: 4xx."""
+        r = await api.call("POST", "/api/v1/tokens", json={"name": name, "kind": "worker"})
+        assert 400 <= r.status_code < 500 and "reserved" in r.json()["error"], r.text
+        r = await api.call(
+            "POST", "/api/v1/workers/join-tokens", json={"pool": "serve", "name": name}
+        )
+        assert 400 <= r.status_code < 500 and "reserved" in r.json()["error"], r.text
+        names = {t["name"] for t in (await api.call("GET", "/api/v1/tokens")).json()}
+        assert names == {"admin"}
+
     @pytest.mark.parametrize(
         ("body", "field"),
         [({"value": "a\x00b"}, "$.value"), ({"value": "x", "tenant": "t\x00"}, "$.tenant")],
