@@ -4,6 +4,7 @@ Wire format: a JSON line (the request, with the lease's secret), then for `save`
 raw bytes; the answer is a JSON line, then for `load` exactly `size` raw bytes.
 """
 
+import contextlib
 import json
 import os
 import socket
@@ -38,7 +39,10 @@ def _send(sock: socket.socket, request: dict[str, Any]) -> None:
 
 
 def _answer(reader: BinaryIO) -> dict[str, Any]:
-    line = reader.readline()
+    try:
+        line = reader.readline()
+    except OSError as exc:
+        raise RelayError(f"the worker closed the relay ({exc})") from None
     if not line.endswith(b"\n"):
         raise RelayError("the worker closed the relay")
     answer: dict[str, Any] = json.loads(line)
@@ -50,7 +54,9 @@ def _answer(reader: BinaryIO) -> dict[str, Any]:
 def call(request: dict[str, Any]) -> dict[str, Any]:
     """One request without a body; its answer."""
     with _connect() as sock, sock.makefile("rb") as reader:
-        _send(sock, request)
+        # The worker may stop reading a request too large: its answer says why.
+        with contextlib.suppress(OSError):
+            _send(sock, request)
         return _answer(reader)
 
 

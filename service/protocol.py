@@ -316,3 +316,16 @@ ToWorker = (
 encode = msgspec.json.Encoder().encode
 decode_to_server = msgspec.json.Decoder(ToServer).decode
 decode_to_worker = msgspec.json.Decoder(ToWorker).decode
+
+
+def refusal(frame: ToServer) -> str | None:
+    """Why the server would refuse `frame` (its decoder's reason), or None when it is fine.
+
+    A worker checks what a job put into a frame before sending it: the server refuses a worker
+    whose frame does not decode, so a job's bad value must stop at its worker.
+    """
+    try:
+        decode_to_server(encode(frame))
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return str(exc)
+    return None

@@ -72,8 +72,7 @@ def extract(tar_path: Path, dest: Path) -> None:
     """
     with tarfile.open(tar_path, "r:") as tf:
         members = tf.getmembers()
-        for member in members:
-            _check_member(member)
+        _check_members(members)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
         try:
@@ -161,6 +160,47 @@ def _inside(folder: str, target: str) -> bool:
         return False
     joined = posixpath.normpath(posixpath.join(folder, target))
     return joined != ".." and not joined.startswith("../")
+
+
+def _check_members(members: list[tarfile.TarInfo]) -> None:
+    """Each member alone, and the tree they make: nothing is written through a link.
+
+    The data filter's own checks resolve paths as text, which long or chained symlinks have
+    defeated (CVE-2025-4517 and kin, before Python 3.11.13); these rules need no resolving.
+    A name appears once (a file after a symlink of its name would be written through it), no
+    member lies under a symlink member, and a hard link names an earlier regular file that
+    lies under none.
+    """
+    seen: set[str] = set()
+    links: set[str] = set()
+    files: set[str] = set()
+    for member in members:
+        _check_member(member)
+        name = posixpath.normpath(member.name)
+        if name in seen:
+            raise Unsafe(f"{member.name}: appears twice")
+        seen.add(name)
+        if _under_link(name, links):
+            raise Unsafe(f"{member.name}: lies under a symlink of the archive")
+        if member.islnk():
+            target = posixpath.normpath(member.linkname)
+            if target not in files or _under_link(target, links):
+                raise Unsafe(
+                    f"{member.name}: hard link to {member.linkname!r}, not a file before it"
+                )
+        if member.issym():
+            links.add(name)
+        elif member.isreg():
+            files.add(name)
+
+
+def _under_link(name: str, links: set[str]) -> bool:
+    parent = posixpath.dirname(name)
+    while parent:
+        if parent in links:
+            return True
+        parent = posixpath.dirname(parent)
+    return False
 
 
 def _check_member(member: tarfile.TarInfo) -> None:

@@ -87,10 +87,18 @@ def _walk(dir_fd: int, prefix: str, uid: int) -> Iterator[tuple[str, int]]:
             finally:
                 os.close(sub)
         elif stat.S_ISREG(st.st_mode):
+            # The job (or what it left running) may swap the file between the stat and the
+            # open: O_NONBLOCK keeps a FIFO put in its place from blocking this worker, and the
+            # opened file itself is checked again.
             try:
-                fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+                fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
             except OSError:
                 continue
+            opened = os.fstat(fd)
+            if not stat.S_ISREG(opened.st_mode) or opened.st_uid != uid:
+                os.close(fd)
+                continue
+            os.set_blocking(fd, True)
             yield rel, fd
 
 

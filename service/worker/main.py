@@ -438,10 +438,14 @@ class Worker:
         async def api(method: str, path: str, body: Any) -> tuple[int, Any]:  # noqa: ANN401
             return await self.calls.call(job, epoch, method, path, body)
 
-        def emit(values: dict[str, float]) -> None:
+        def emit(values: dict[str, float]) -> bool:
+            if self.outbox.unreceived_bytes >= self.outbox.limit:
+                return False  # a job emitting in a loop must not grow the outbox without end
+            size = sum(len(k) + 24 for k in values)  # as the frame will carry them
             self.outbox.put(
-                lambda seq: protocol.Metrics(seq=seq, job=job, epoch=epoch, values=values)
+                lambda seq: protocol.Metrics(seq=seq, job=job, epoch=epoch, values=values), size
             )
+            return True
 
         async def saved(sha: str, size: int) -> bool:
             report = self.outbox.put(

@@ -46,11 +46,11 @@ class Outbox:
     def unreceived_bytes(self) -> int:
         return self._bytes
 
-    def put(self, make: Callable[[int], protocol.Report]) -> protocol.Report:
-        """Queue a small report (started, finished, gave_back); never waits."""
+    def put(self, make: Callable[[int], protocol.Report], size: int = 0) -> protocol.Report:
+        """Queue a report of about `size` bytes (small: started, finished...); never waits."""
         self._seq += 1
         report = make(self._seq)
-        self._add(report, _SMALL)
+        self._add(report, max(size, _SMALL))
         return report
 
     async def put_output(self, job: int, epoch: int, stream: str, data: bytes) -> None:

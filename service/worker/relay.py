@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import math
 import os
 import secrets as stdlib_secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from service import protocol
-from service.cas.base import CasError, Store
+from service.cas.base import CasError, Store, check_name
 
 MAX_LINE = 1 << 20
 CHUNK = 1 << 20
@@ -38,11 +39,12 @@ class Relay:
     socket_path: Path
     store: Store | None
     api: ApiCall
-    emit: Callable[[dict[str, float]], None]
+    emit: Callable[[dict[str, float]], bool]  # False: the outbox is full, try later
     saved: Callable[[str, int], Awaitable[bool]]  # True once the server referenced it
     secret: str = field(default_factory=lambda: stdlib_secrets.token_urlsafe(32))
     live: bool = True
     _server: asyncio.base_events.Server | None = None
+    _open: set[asyncio.StreamWriter] = field(default_factory=set)
 
     async def start(self, uid: int, gid: int) -> None:
         """Listen in the job's folder; only the job's user may connect (the folder is 0700)."""
@@ -54,27 +56,43 @@ class Relay:
         os.chown(self.socket_path, uid, gid)
 
     async def close(self) -> None:
-        """The lease ended: refuse from now on, and stop listening."""
+        """The lease ended: refuse from now on, stop listening, drop open connections.
+
+        A process the job left behind may hold a connection open without a word; closing it
+        here keeps the end of the job from waiting on it.
+        """
         self.live = False
         if self._server is not None:
             self._server.close()
+        for writer in list(self._open):
+            writer.close()
+        if self._server is not None:
             with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+                await asyncio.wait_for(self._server.wait_closed(), timeout=CLOSE_TIMEOUT)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._open) >= MAX_CONNECTIONS:
+            await _answer(writer, {"error": f"at most {MAX_CONNECTIONS} relay calls at once"})
+            writer.close()
+            return
+        self._open.add(writer)
         try:
             await self._serve(reader, writer)
         except (ValueError, KeyError, TypeError, asyncio.LimitOverrunError) as exc:
             await _answer(writer, {"error": f"bad request: {exc}"})
         except (CasError, ConnectionError, OSError) as exc:
             await _answer(writer, {"error": str(exc)})
+        except (TimeoutError, asyncio.IncompleteReadError):
+            pass  # a request that never came whole: nothing to answer
         finally:
+            self._open.discard(writer)
             with contextlib.suppress(Exception):
                 writer.close()
-                await writer.wait_closed()
+                await asyncio.wait_for(writer.wait_closed(), timeout=CLOSE_TIMEOUT)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        request = json.loads(await reader.readuntil(b"\n"))
+        line = await asyncio.wait_for(reader.readuntil(b"\n"), timeout=READ_TIMEOUT)
+        request = json.loads(line)
         if not isinstance(request, dict) or not hmac.compare_digest(
             str(request.get("secret", "")), self.secret
         ):
@@ -85,8 +103,10 @@ class Relay:
             return
         match request.get("op"):
             case "emit":
-                values = {str(k): float(v) for k, v in dict(request["values"]).items()}
-                self.emit(values)
+                values = _metrics(request["values"])
+                if not self.emit(values):
+                    await _answer(writer, {"error": "the worker is behind on reports; emit later"})
+                    return
                 await _answer(writer, {"ok": True})
             case "api":
                 status, body = await self.api(
@@ -96,7 +116,7 @@ class Relay:
             case "save":
                 await self._save(int(request["size"]), reader, writer)
             case "load":
-                await self._load(str(request["ref"]), writer)
+                await self._load(check_name(str(request["ref"])), writer)
             case other:
                 await _answer(writer, {"error": f"unknown op {other!r}"})
 
@@ -130,6 +150,17 @@ class Relay:
                 await writer.drain()
 
 
+def _metrics(raw: Any) -> dict[str, float]:  # noqa: ANN401  (the job's JSON)
+    """The job's metrics, as the server will take them; ValueError saying what is wrong."""
+    values = {str(k): float(v) for k, v in dict(raw).items()}
+    if bad := [k for k, v in values.items() if not math.isfinite(v)]:
+        raise ValueError(f"metric {bad[0]!r} is not a finite number")
+    why = protocol.refusal(protocol.Metrics(seq=1, job=1, epoch=1, values=values))
+    if why is not None:
+        raise ValueError(f"metrics refused: {why}")
+    return values
+
+
 async def _exactly(reader: asyncio.StreamReader, size: int) -> AsyncIterator[bytes]:
     left = size
     while left > 0:
@@ -146,6 +177,9 @@ async def _answer(writer: asyncio.StreamWriter, answer: dict[str, Any]) -> None:
 
 
 RELAY_TIMEOUT = 60.0  # seconds a job's relayed call may wait for the server
+READ_TIMEOUT = 30.0  # seconds a job has to send its request line
+CLOSE_TIMEOUT = 2.0  # seconds the end of a lease waits for the relay's connections to close
+MAX_CONNECTIONS = 8  # relay calls of one job at once (each may hold a MAX_LINE buffer)
 
 
 @dataclass
@@ -178,6 +212,8 @@ class Calls:
             path=path,
             body=json.dumps(body).encode() if body is not None else b"",
         )
+        if (why := protocol.refusal(ask)) is not None:
+            return 400, {"error": f"the worker refused to relay this call: {why}"}
         answer: asyncio.Future[protocol.RelayResponse] = asyncio.get_running_loop().create_future()
         self._waiting[ask.id] = answer
         try:

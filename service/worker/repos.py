@@ -24,6 +24,7 @@ from service.worker.jobusers import JobUser, become
 
 NETWORK = "https:http:ssh:git"
 TIMEOUT = 600.0
+KEEP = 64 << 10  # bytes of a git command's output kept (a commit id, an error's tail)
 
 
 class RepoError(Exception):
@@ -54,10 +55,18 @@ def _env(home: Path, allow_local: bool) -> dict[str, str]:
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_ALLOW_PROTOCOL": NETWORK + (":file" if allow_local else ""),
+        # ssh finds root's keys and agent by uid, not $HOME: a tenant's URL must not use them.
+        "GIT_SSH_COMMAND": (
+            "ssh -F /dev/null -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityFile=none "
+            "-o IdentityAgent=none"
+        ),
     }
 
 
-async def _git(*args: str, cwd: Path, env: dict[str, str], user: JobUser | None = None) -> str:
+async def _run(
+    *args: str, cwd: Path, env: dict[str, str], user: JobUser | None
+) -> tuple[int, str, str]:
+    """Run `git ARGS`: (exit code, the head of stdout, the tail of stderr), memory bounded."""
     proc = await asyncio.create_subprocess_exec(
         "git",
         *args,
@@ -68,14 +77,40 @@ async def _git(*args: str, cwd: Path, env: dict[str, str], user: JobUser | None 
         stderr=asyncio.subprocess.PIPE,
         preexec_fn=become(user.uid, user.gid) if user is not None else None,
     )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout=TIMEOUT)
+        out, err, _ = await asyncio.wait_for(
+            asyncio.gather(_head(proc.stdout), _tail(proc.stderr), proc.wait()), timeout=TIMEOUT
+        )
     except TimeoutError:
         proc.kill()
         raise RepoError(f"git {args[0]} took longer than {TIMEOUT:g}s") from None
-    if proc.returncode:
-        raise RepoError(f"git {args[0]}: {err.decode(errors='replace').strip()[-500:]}")
-    return out.decode(errors="replace").strip()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace").strip(), err.decode(errors="replace")
+
+
+async def _git(*args: str, cwd: Path, env: dict[str, str], user: JobUser | None = None) -> str:
+    code, out, err = await _run(*args, cwd=cwd, env=env, user=user)
+    if code:
+        raise RepoError(f"git {args[0]}: {err.strip()[-500:]}")
+    return out
+
+
+async def _head(stream: asyncio.StreamReader) -> bytes:
+    """The first KEEP bytes; the rest is read and dropped (a job's repo may print anything)."""
+    kept = b""
+    while chunk := await stream.read(1 << 16):
+        if len(kept) < KEEP:
+            kept += chunk[: KEEP - len(kept)]
+    return kept
+
+
+async def _tail(stream: asyncio.StreamReader) -> bytes:
+    kept = b""
+    while chunk := await stream.read(1 << 16):
+        kept = (kept + chunk)[-KEEP:]
+    return kept
 
 
 async def clone(
@@ -85,6 +120,8 @@ async def clone(
     url, rev = parse(spec)
     if url.startswith("-"):
         raise RepoError(f"--repo {url!r} is not a repository URL")
+    if rev.startswith("-"):
+        raise RepoError(f"--repo revision {rev!r} is not a revision")
     if not allow_local and _is_local(url):
         raise RepoError(
             f"--repo {url}: local repositories are refused on this worker (--allow-local-repos)"
@@ -126,8 +163,12 @@ async def collect(repo: Path, base: str, outdir: Path, user: JobUser, workdir: P
             user=user,
         )
     await _git("add", "--all", cwd=repo, env=env, user=user)
-    patch = await _git("diff", "--cached", "--binary", "HEAD", cwd=repo, env=env, user=user)
-    if patch:
+    changed, _, err = await _run(
+        "diff", "--cached", "--quiet", "HEAD", cwd=repo, env=env, user=user
+    )
+    if changed not in (0, 1):
+        raise RepoError(f"git diff: {err.strip()[-500:]}")
+    if changed:
         # Written by the job's user (its folder): the upload walk takes only what it owns.
         await _git(
             "diff",

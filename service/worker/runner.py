@@ -227,6 +227,9 @@ class Run:
             os.close(write_end)
             if self.relay is not None:
                 await self.relay.close()  # the lease's relay ends with the job
+        if self.user.isolated:
+            # Nothing the job left running may change its outputs while they are read.
+            await jobusers.kill_all(self.user.uid)
         await self._keep_outputs(outcome)
         return outcome
 

@@ -196,16 +196,48 @@ class TestExtract:
             tree.extract(tar, tmp_path / "dest")
 
     def test_links_inside_are_extracted(self, tmp_path):
-        """Links that stay inside the destination are extracted, and files through them land
-        inside."""
+        """Links that stay inside the destination are extracted as links, and a hard link to an
+        earlier file of the archive as that file."""
         tar = tmp_path / "inside.tar"
         tar.write_bytes(
-            tar_of([link("sub", "."), link("sub2", "sub"), regular("sub2/inside.txt", b"ok")])
+            tar_of(
+                [
+                    regular("data.txt", b"ok"),
+                    link("sub", "."),
+                    link("sub2", "sub"),
+                    link("same", "data.txt", tarfile.LNKTYPE),
+                ]
+            )
         )
         dest = tmp_path / "dest"
         tree.extract(tar, dest)
-        assert (dest / "inside.txt").read_bytes() == b"ok"
+        assert (dest / "sub2").readlink() == Path("sub")
+        assert (dest / "sub2" / "data.txt").read_bytes() == b"ok"
+        assert (dest / "same").stat().st_ino == (dest / "data.txt").stat().st_ino
         assert stat.S_IMODE(dest.stat().st_mode) == 0o700
+
+    @pytest.mark.parametrize(
+        ("members", "reason"),
+        [
+            ([link("sub", "."), regular("sub/x")], "under a symlink"),
+            ([link("a", "b"), link("b", "."), regular("a/deep/x")], "under a symlink"),
+            ([link("f", "data"), regular("f")], "twice"),
+            ([regular("f"), regular("./f")], "twice"),
+            ([link("sub", "."), link("h", "sub/f", tarfile.LNKTYPE)], "hard link"),
+            ([link("h", "nothing", tarfile.LNKTYPE)], "hard link"),
+            ([link("s", "f"), link("h", "s", tarfile.LNKTYPE)], "hard link"),
+        ],
+    )
+    def test_nothing_is_written_through_a_link(self, tmp_path, members, reason):
+        """The rules that need no path resolving (which long or chained links have fooled):
+        no member under a symlink member, no name twice, a hard link only to an earlier file."""
+        tar = tmp_path / "bad.tar"
+        tar.write_bytes(tar_of(members))
+        dest = tmp_path / "dest"
+        with pytest.raises(tree.Unsafe, match=reason):
+            tree.extract(tar, dest)
+        assert not dest.exists()
+        assert [p.name for p in tmp_path.iterdir()] == ["bad.tar"]
 
     def test_escape_through_a_chain_of_links_is_refused(self, tmp_path):
         """A link that escapes only through another link passes the name check but is stopped

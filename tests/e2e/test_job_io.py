@@ -669,3 +669,68 @@ class TestBoundWorkerStore:
         w = worker_factory(s, token, "gpu", name="bound", env=env)
         r = w.wait(30)
         assert r.code != 0 and "only through the server" in r.err, r.err
+
+
+HOSTILE_RELAY_JOB = textwrap.dedent(
+    """
+    import json, os
+    from berth_runtime.relay import RelayError, call
+    from berth_runtime import emit
+    me = os.environ["BERTH_JOB_ID"]
+    for _ in range(2048):
+        print("y" * 1023, flush=True)  # 2 MiB of output, for the logs call below
+    asks = {
+        "nan": {"op": "emit", "values": {"loss": float("nan")}},
+        "inf": {"op": "emit", "values": {"loss": float("inf")}},
+        "many": {"op": "emit", "values": {f"m{i}": 1 for i in range(300)}},
+        "long_name": {"op": "emit", "values": {"m" * 200: 1}},
+        "control": {"op": "emit", "values": {"a\\u0001b": 1}},
+        "patch": {"op": "api", "method": "PATCH", "path": f"/api/v1/jobs/{me}", "body": None},
+        "outside": {"op": "api", "method": "GET", "path": "/metrics", "body": None},
+        "long_path": {"op": "api", "method": "GET", "path": "/api/v1/jobs?" + "a" * 5000,
+                      "body": None},
+        "big_body": {"op": "api", "method": "POST", "path": "/api/v1/jobs",
+                     "body": {"command": ["\\u00ff" * 700000]}},
+        "ref": {"op": "load", "ref": "f" * 3000},
+        "logs": {"op": "api", "method": "GET", "path": f"/api/v1/jobs/{me}/logs", "body": None},
+    }
+    said = {}
+    for name, ask in asks.items():
+        try:
+            answer = call(ask)
+            said[name] = answer.get("status", "ok")
+        except RelayError as exc:
+            said[name] = str(exc)
+    emit(loss=1.0)
+    print(json.dumps(said))
+    """
+)
+
+
+class TestHostileRelay:
+    def test_bad_values_stop_at_the_worker(self, server_factory, worker_factory, tmp_path):
+        """A job that feeds its relay what the protocol refuses (NaN, 300 metrics, a PATCH, a
+        5000-character path, a 1.4 MB body, a 3000-character ref) gets an error for each; the
+        worker keeps its session (its own jobs go on), and a relayed answer over 1 MiB is 413."""
+        s = server_factory(GPU, builtin_worker=False)
+        remote(s, worker_factory)
+        script = tmp_path / "hostile.py"
+        script.write_text(HOSTILE_RELAY_JOB)
+        r = s.cli("job", "submit", "--wait", "--pool", "gpu", "--python", str(script), timeout=120)
+        assert r.code == 0, r.err
+        said = json.loads(r.out.strip().splitlines()[-1])
+        for name in ("nan", "inf"):
+            assert "finite" in said[name], said
+        for name in ("many", "long_name", "control"):
+            assert "metrics refused" in said[name], said
+        for name in ("patch", "long_path", "outside"):  # the worker's 400, never sent
+            assert said[name] == 400, said
+        # Over the relay's 1 MiB request line: refused before it is read whole.
+        assert "bad request" in said["big_body"] or "closed the relay" in said["big_body"]
+        assert "not a sha256 name" in said["ref"]
+        assert said["logs"] == 413
+        job = s.api("GET", "/api/v1/jobs", params={"limit": 1}).json()[0]
+        assert job["metrics"] == {"loss": 1.0}
+        worker = next(w for w in s.api("GET", "/api/v1/workers").json() if w["name"] == "gpu1")
+        assert worker["attached"]
+        assert "worker_refused" not in s.log() and "bad_frame" not in s.log()

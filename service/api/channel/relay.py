@@ -30,7 +30,8 @@ ALLOWED = (
     ("GET", re.compile(r"^/api/v1/jobs/\d+$")),
     ("POST", re.compile(r"^/api/v1/jobs/\d+/cancel$")),
     ("GET", re.compile(r"^/api/v1/jobs/\d+/logs(\?[^#]*)?$")),
-    ("GET", re.compile(r"^/api/v1/cas/[0-9a-f]{64}$")),
+    # Only HEAD: the worker asks whether the job's tenant holds a blob, then reads it from the
+    # store itself; a relayed answer is one frame, never a blob.
     ("HEAD", re.compile(r"^/api/v1/cas/[0-9a-f]{64}$")),
 )
 MAX_ANSWER = protocol.MAX_OUTPUT
@@ -92,6 +93,7 @@ async def _call_app(
     sent = False
     status = 500
     parts: list[bytes] = []
+    size = 0
 
     async def receive() -> dict[str, Any]:
         nonlocal sent
@@ -101,12 +103,17 @@ async def _call_app(
         return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
-        nonlocal status
+        nonlocal status, size
         if message["type"] == "http.response.start":
             status = int(message["status"])
         elif message["type"] == "http.response.body":
-            parts.append(bytes(message.get("body", b"")))
+            part = bytes(message.get("body", b""))
+            size += len(part)
+            if size <= MAX_ANSWER:  # beyond: dropped as it comes, never held
+                parts.append(part)
 
     app: Any = rt.app
     await app(scope, receive, send)
+    if size > MAX_ANSWER:
+        return 413, _error(f"the answer is over {MAX_ANSWER} bytes, more than a relayed call holds")
     return status, b"".join(parts)
