@@ -673,7 +673,7 @@ class TestBoundWorkerStore:
 
 HOSTILE_RELAY_JOB = textwrap.dedent(
     """
-    import json, os
+    import json, os, time
     from berth_runtime.relay import RelayError, call
     from berth_runtime import emit
     me = os.environ["BERTH_JOB_ID"]
@@ -692,7 +692,6 @@ HOSTILE_RELAY_JOB = textwrap.dedent(
         "big_body": {"op": "api", "method": "POST", "path": "/api/v1/jobs",
                      "body": {"command": ["\\u00ff" * 700000]}},
         "ref": {"op": "load", "ref": "f" * 3000},
-        "logs": {"op": "api", "method": "GET", "path": f"/api/v1/jobs/{me}/logs", "body": None},
     }
     said = {}
     for name, ask in asks.items():
@@ -701,6 +700,13 @@ HOSTILE_RELAY_JOB = textwrap.dedent(
             said[name] = answer.get("status", "ok")
         except RelayError as exc:
             said[name] = str(exc)
+    # The 2 MiB reaches the server as the worker streams it: ask until it is all there.
+    logs = {"op": "api", "method": "GET", "path": f"/api/v1/jobs/{me}/logs", "body": None}
+    for _ in range(300):
+        said["logs"] = call(logs)["status"]
+        if said["logs"] != 200:
+            break
+        time.sleep(0.1)
     emit(loss=1.0)
     print(json.dumps(said))
     """
