@@ -41,6 +41,7 @@ Amount = Annotated[float, msgspec.Meta(ge=0, le=1e12)]  # finite: NaN and inf fa
 Key = tuple[JobId, Epoch]
 MAX_OUTPUT = 1 << 20  # bytes in one output frame; the worker reads far less at a time
 MAX_LEASES = 10_000
+MAX_OUTPUTS = 10_000  # files one result lists
 
 
 class Frame(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -116,7 +117,7 @@ class Finished(Frame, tag="finished.v2", frozen=True, forbid_unknown_fields=True
     exit_code: ExitCode | None = None
     error: Text = ""
     # Uploaded to the store before this report: the job's outputs, kept for `job fetch`.
-    outputs: Annotated[tuple[Artifact, ...], msgspec.Meta(max_length=10_000)] = ()
+    outputs: Annotated[tuple[Artifact, ...], msgspec.Meta(max_length=MAX_OUTPUTS)] = ()
 
 
 class Metrics(Frame, tag="metrics.v2", frozen=True, forbid_unknown_fields=True):
@@ -187,7 +188,7 @@ class CasAccess(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     id: str
-    provider: str  # http | s3
+    provider: Literal["http", "s3"]
     url: str = ""
     token: str = ""
     bucket: str = ""

@@ -18,7 +18,7 @@ from litestar.params import FromPath
 from litestar.response import Stream
 
 from service.api import cas_wire, errors
-from service.api.identity import Conn
+from service.api.identity import Conn, bearer
 from service.core.errors import Forbidden, NotFound, Unauthenticated
 from service.domain import artifacts
 from service.domain.artifacts import ServerStore
@@ -35,8 +35,7 @@ def _server(connection: Conn) -> ServerStore:
 
 async def _installation_only(connection: Conn, _: BaseRouteHandler) -> None:
     """The bearer must be the installation's key (constant-time compare)."""
-    scheme, _sep, credential = connection.headers.get("authorization", "").partition(" ")
-    presented = credential.strip() if scheme.lower() == "bearer" else ""
+    presented = bearer(connection)
     if not presented:
         raise Unauthenticated("missing bearer key (the installation's `berth cas serve` key)")
     key = connection.app.state["key"]

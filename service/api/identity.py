@@ -52,7 +52,8 @@ async def identify(connection: Conn) -> Caller:
     return caller
 
 
-def _bearer(connection: Conn) -> str:
+def bearer(connection: Conn) -> str:
+    """The credential of an `Authorization: Bearer ...` header; "" without one."""
     scheme, _, credential = connection.headers.get("authorization", "").partition(" ")
     return credential.strip() if scheme.lower() == "bearer" else ""
 
@@ -61,7 +62,7 @@ CALLER_TTL = 5.0
 
 
 async def _from_token(connection: Conn, rt: Runtime) -> Caller:
-    credential = _bearer(connection)
+    credential = bearer(connection)
     if not credential:
         raise Unauthenticated("missing bearer token (Authorization: Bearer brt_…)")
     digest = tokens_auth.digest(credential)
@@ -77,12 +78,12 @@ async def _from_token(connection: Conn, rt: Runtime) -> Caller:
 
 async def _from_proxy(connection: Conn, rt: Runtime) -> Caller:
     proxy = rt.config.network.proxy
-    bearer = _bearer(connection)
-    if rt.builtin_token and hmac.compare_digest(bearer, rt.builtin_token):
+    presented = bearer(connection)
+    if rt.builtin_token and hmac.compare_digest(presented, rt.builtin_token):
         # The in-process `serve` worker dials this server directly, not through the proxy;
         # its token exists only in this process's memory.
         return Caller(Kind.WORKER, "serve", Role.WORKER, frozenset())
-    if tokens_auth.looks_like(bearer):
+    if tokens_auth.looks_like(presented):
         raise Unauthenticated(
             "berth tokens are not accepted here: the proxy in front of berth is the authentication"
         )

@@ -17,7 +17,7 @@ import hashlib
 import re
 from collections.abc import AsyncGenerator, AsyncIterable
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from service.cas import files
 
@@ -153,16 +153,31 @@ async def drain(chunks: AsyncIterable[bytes], sha256: str | None) -> tuple[str, 
     return actual, size
 
 
+async def one_chunk(data: bytes) -> AsyncGenerator[bytes, None]:
+    """`data` as a stream of one chunk, for `put` of bytes already in memory."""
+    yield data
+
+
 async def put_file(store: Store, path: Path) -> tuple[str, int]:
     """Upload a file, skipped when the store already has it: (sha256, size).
 
     The file is hashed first so that a blob already stored costs one `stat`, not an upload.
     A file that changes while it is uploaded fails with Corrupt and leaves nothing behind.
     """
-    sha256, size = await asyncio.to_thread(files.hash_file, path)
+    with path.open("rb") as f:
+        return await put_open(store, f)
+
+
+async def put_open(store: Store, f: IO[bytes]) -> tuple[str, int]:
+    """`put_file` for a file already open, at its start.
+
+    For a file that must not be reopened by name, such as one of a job's outputs (O_NOFOLLOW).
+    """
+    sha256, size = await asyncio.to_thread(files.hash_open, f)
     if await store.stat(sha256) == size:
         return sha256, size
-    return await store.put(files.read_chunks(path), sha256=sha256)
+    await asyncio.to_thread(f.seek, 0)
+    return await store.put(files.read_open(f), sha256=sha256)
 
 
 async def get_file(store: Store, sha256: str, path: Path) -> int:

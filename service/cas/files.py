@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -22,13 +22,29 @@ CHUNK = 1 << 20
 
 def hash_file(path: Path) -> tuple[str, int]:
     """(sha256, size) of a file, read in chunks. Blocking: call it in a thread."""
+    with path.open("rb") as f:
+        return hash_open(f)
+
+
+def hash_open(f: IO[bytes]) -> tuple[str, int]:
+    """(sha256, size) of an open file from where it stands to its end. Blocking."""
+    return hash_chunks(iter(lambda: f.read(CHUNK), b""))
+
+
+def hash_chunks(chunks: Iterable[bytes]) -> tuple[str, int]:
+    """(sha256, size) of a stream of bytes. Blocking when the stream is."""
     digest = hashlib.sha256()
     size = 0
-    with path.open("rb") as f:
-        while block := f.read(CHUNK):
-            digest.update(block)
-            size += len(block)
+    for block in chunks:
+        digest.update(block)
+        size += len(block)
     return digest.hexdigest(), size
+
+
+async def read_open(f: IO[bytes]) -> AsyncGenerator[bytes, None]:
+    """An open file from where it stands to its end, in chunks read in a thread."""
+    while block := await asyncio.to_thread(f.read, CHUNK):
+        yield block
 
 
 async def read_chunks(

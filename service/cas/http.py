@@ -31,7 +31,6 @@ import json
 import ssl
 import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterable, Iterator, Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import NoReturn
 
@@ -53,7 +52,6 @@ class HttpStore:
         verify: str | None = None,
         expected_id: str | None = None,
         timeout: float = 60.0,
-        spool_dir: Path | None = None,
     ) -> None:
         """A client for the store at `base_url`; no request is made until one is needed.
 
@@ -63,14 +61,12 @@ class HttpStore:
             verify: a CA bundle file for TLS; None trusts the system's CAs.
             expected_id: `id()` raises StoreMismatch when the remote's id differs.
             timeout: seconds for any one network step (connect, a read, a write).
-            spool_dir: where a blob put without its name waits while it is hashed.
         """
         self.base_url = base_url.rstrip("/")
         self._write_query = ""
         self._owns_client = True
         self._expected_id = expected_id
         self._id: str | None = None
-        self._spool_dir = spool_dir
         tls: ssl.SSLContext | bool = True
         if verify:
             tls = ssl.create_default_context(cafile=verify)
@@ -121,7 +117,7 @@ class HttpStore:
         if sha256 is not None:
             return await self._upload(chunks, base.check_name(sha256))
         # The URL names the blob, so an unnamed stream is hashed into a spool file first.
-        async with files.spool(chunks, self._spool_dir) as (path, name, _):
+        async with files.spool(chunks) as (path, name, _):
             return await self._upload(files.read_chunks(path), name)
 
     async def get(

@@ -22,7 +22,6 @@ import hashlib
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import obstore
@@ -51,7 +50,6 @@ class S3Store:
         region: str = "",
         part_size: int = PART,
         concurrency: int = 2,
-        spool_dir: Path | None = None,
     ) -> None:
         if part_size < 5 << 20:
             raise ValueError("S3 multipart parts are at least 5 MiB")
@@ -59,7 +57,6 @@ class S3Store:
         self.prefix = prefix.strip("/")
         self._part = part_size
         self._concurrency = concurrency
-        self._spool_dir = spool_dir
         self._id: str | None = None
         config: S3Config = {}
         if endpoint_url:
@@ -95,7 +92,7 @@ class S3Store:
         self, chunks: AsyncIterable[bytes], *, sha256: str | None = None
     ) -> tuple[str, int]:
         if sha256 is None:
-            async with files.spool(chunks, self._spool_dir) as (path, name, _):
+            async with files.spool(chunks) as (path, name, _):
                 return await self._upload(files.read_chunks(path), name)
         return await self._upload(chunks, base.check_name(sha256))
 

@@ -1,37 +1,24 @@
 """`berth cas serve | put | get`: the artifact store from the command line.
 
-`put` and `get` go through a server's /api/v1/cas as the caller's tenant (or `--tenant`): `put`
-asks with HEAD first and uploads only when the tenant does not hold the blob yet, then prints
-the sha256 alone; `get` writes the blob to OUT (replaced only once it is verified) or to stdout
-(the last chunk held back until the digest is known, so a wrong blob never arrives whole).
+`put` and `get` go through a server's /api/v1/cas as the caller's tenant (or `--tenant`), the
+way `job submit --input` and `job fetch` do (cli/transfer.py): `put` uploads only what the
+tenant does not hold yet and prints the sha256 alone; `get` writes the blob to OUT or stdout,
+verified before its last bytes arrive.
 `serve` runs `berth cas serve`; its server-side imports are lazy, so `put` and `get` run on a
 machine without the server extra.
 """
 
 import argparse
-import contextlib
-import hashlib
 import os
-import sys
-import tempfile
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-import httpx
-
-from service.cas import base, files
-from service.cli.client import DEFAULT_SERVER, CliError, credential
+from service.cas import base
+from service.cli import transfer
+from service.cli.client import Client, CliError
 from service.core.errors import Invalid
 
-PATH = "/api/v1/cas"
 DEFAULT_LISTEN = "127.0.0.1:7701"
-HEAD_REFUSED = {
-    400: "the server refused the request (HTTP 400): check --tenant",
-    401: "the server does not accept this credential (HTTP 401)",
-    403: "you may not upload there (HTTP 403)",
-    503: "the server's artifact store is not available (HTTP 503); retry shortly",
-}
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -77,56 +64,9 @@ def serve(args: argparse.Namespace) -> int:
     return cas_server.main(cfg, host=host, port=port)
 
 
-@contextlib.contextmanager
-def _client(server: str | None) -> Iterator[tuple[str, httpx.Client]]:
-    url = (server or os.environ.get("BERTH_SERVER") or DEFAULT_SERVER).rstrip("/")
-    http = httpx.Client(
-        base_url=url,
-        headers={"Authorization": f"Bearer {credential()}"},
-        timeout=httpx.Timeout(60.0),
-    )
-    try:
-        yield url, http
-    except httpx.HTTPError as exc:
-        raise CliError(
-            f"cannot reach the server at {url}: {type(exc).__name__}: {exc}", 3
-        ) from None
-    finally:
-        http.close()
-
-
-def _fail(r: httpx.Response) -> NoReturn:
-    try:
-        message = r.json().get("error")
-    except (ValueError, AttributeError):
-        message = None
-    raise CliError(message or f"HTTP {r.status_code}", 1 if r.status_code >= 500 else 2)
-
-
-def _read(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as f:
-        while block := f.read(files.CHUNK):
-            yield block
-
-
 def put(args: argparse.Namespace) -> int:
-    path: Path = args.file
-    try:
-        sha256, size = files.hash_file(path)
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
-    params = {"tenant": args.tenant} if args.tenant else {}
-    with _client(args.server) as (_, http):
-        r = http.head(f"{PATH}/{sha256}", params=params)
-        if r.status_code == 200 and r.headers.get("content-length") == str(size):
-            print(sha256)
-            return 0
-        if r.status_code not in (200, 404):  # a HEAD answer has no body to quote
-            raise CliError(HEAD_REFUSED.get(r.status_code, f"HTTP {r.status_code} to HEAD"))
-        r = http.put(f"{PATH}/{sha256}", params=params, content=_read(path))
-        if r.status_code not in (200, 201):
-            _fail(r)
-    print(sha256)
+    client = Client(args.server)
+    print(transfer.upload(client, args.file, tenant=args.tenant)["sha256"])
     return 0
 
 
@@ -135,57 +75,8 @@ def get(args: argparse.Namespace) -> int:
         sha256 = base.check_name(args.sha256)
     except base.BadName as exc:
         raise CliError(str(exc)) from None
-    params = {"tenant": args.tenant} if args.tenant else {}
     out: Path | None = args.out
     if out is not None and out.is_dir():
         out /= sha256
-    with (
-        _client(args.server) as (url, http),
-        http.stream("GET", f"{PATH}/{sha256}", params=params) as r,
-    ):
-        if r.status_code != 200:
-            r.read()
-            _fail(r)
-        try:
-            if out is None:
-                _verified(r, sha256, sys.stdout.buffer.write)
-                sys.stdout.buffer.flush()
-            else:
-                _to_file(r, sha256, out)
-        except httpx.HTTPError as exc:
-            raise CliError(
-                f"the download of {sha256} from {url} was cut short ({type(exc).__name__}): "
-                "the server found the blob corrupt, or went away",
-                1,
-            ) from None
+    transfer.download(Client(args.server), sha256, out, tenant=args.tenant)
     return 0
-
-
-def _verified(r: httpx.Response, sha256: str, sink: Callable[[bytes], object]) -> None:
-    """Pass the body to `sink`, holding the last chunk back until the digest is known."""
-    digest = hashlib.sha256()
-    held: bytes | None = None
-    for chunk in r.iter_bytes(files.CHUNK):
-        digest.update(chunk)
-        if held is not None:
-            sink(held)
-        held = chunk
-    if digest.hexdigest() != sha256:
-        raise CliError(f"blob {sha256} is corrupt: it hashes to {digest.hexdigest()}", 1)
-    if held is not None:
-        sink(held)
-
-
-def _to_file(r: httpx.Response, sha256: str, out: Path) -> None:
-    """Write to a temporary file beside `out`, renamed over it once verified."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    except OSError as exc:
-        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            _verified(r, sha256, f.write)
-        Path(tmp).replace(out)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            Path(tmp).unlink()

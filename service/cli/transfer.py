@@ -7,34 +7,20 @@ in a second, identical one. Downloads go to a temporary file beside the target a
 into place only once their digest matches the name.
 """
 
+import contextlib
 import hashlib
 import os
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from service.cas import tree
+from service.cas import files, tree
+from service.cas.files import CHUNK
 from service.cli.client import Client, CliError, result
-
-CHUNK = 1 << 20
-
-
-def _file_chunks(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            yield chunk
-
-
-def _digest(chunks: Iterator[bytes]) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
-    for chunk in chunks:
-        h.update(chunk)
-        size += len(chunk)
-    return h.hexdigest(), size
 
 
 def upload(client: Client, path: Path, *, tenant: str | None) -> dict[str, Any]:
@@ -42,21 +28,22 @@ def upload(client: Client, path: Path, *, tenant: str | None) -> dict[str, Any]:
     if not path.exists():
         raise CliError(f"{path}: no such file or directory")
     kind = "dir" if path.is_dir() else "file"
-
-    def chunks() -> Iterator[bytes]:
-        return tree.iter_tar(path) if kind == "dir" else _file_chunks(path)
-
     try:
-        sha, size = _digest(chunks())
+        if kind == "dir":
+            sha, size = files.hash_chunks(tree.iter_tar(path))
+        else:
+            sha, size = files.hash_file(path)
     except (OSError, ValueError) as exc:
         raise CliError(f"{path}: {exc}") from None
     params = {"tenant": tenant} if tenant else {}
     head = client.request("HEAD", f"/api/v1/cas/{sha}", params=params)
     sent = 0
     if head.status_code == 404:
-        resp = client.request(
-            "PUT", f"/api/v1/cas/{sha}", params=params, content=chunks(), timeout=None
-        )
+        with contextlib.ExitStack() as stack:
+            body = tree.iter_tar(path) if kind == "dir" else stack.enter_context(path.open("rb"))
+            resp = client.request(
+                "PUT", f"/api/v1/cas/{sha}", params=params, content=body, timeout=None
+            )
         result(resp)
         sent = size
     elif head.status_code != 200:
@@ -65,27 +52,60 @@ def upload(client: Client, path: Path, *, tenant: str | None) -> dict[str, Any]:
     return {"name": name, "sha256": sha, "kind": kind, "size": size, "sent": sent}
 
 
-def download(client: Client, sha: str, dest: Path, *, tenant: str | None = None) -> int:
-    """Fetch the blob `sha` into `dest` (verified, then renamed into place); its size."""
+def download(client: Client, sha: str, dest: Path | None, *, tenant: str | None = None) -> int:
+    """Fetch the blob `sha`; its size.
+
+    Into `dest` (verified, then renamed into place), or to stdout when `dest` is None (the last
+    chunk held back until the digest is known, so a wrong blob never arrives whole).
+    """
     params = {"tenant": tenant} if tenant else {}
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
-    h = hashlib.sha256()
-    size = 0
     try:
-        with os.fdopen(fd, "wb") as out, client.stream("GET", f"/api/v1/cas/{sha}", params) as r:
+        with client.stream("GET", f"/api/v1/cas/{sha}", params) as r:
             if r.status_code >= 400:
                 r.read()
                 result(r)
-            for chunk in r.iter_bytes(CHUNK):
-                h.update(chunk)
-                size += len(chunk)
-                out.write(chunk)
-        if h.hexdigest() != sha:
-            raise CliError(f"{sha}: the server sent bytes that hash to {h.hexdigest()}")
-        Path(tmp).replace(dest)
+            if dest is None:
+                size = _verified(r.iter_bytes(CHUNK), sha, sys.stdout.buffer.write)
+                sys.stdout.buffer.flush()
+                return size
+            return _to_file(r.iter_bytes(CHUNK), sha, dest)
     except httpx.HTTPError as exc:
-        raise CliError(f"{sha}: the download broke off ({exc})", 3) from None
+        raise CliError(
+            f"the download of {sha} was cut short ({type(exc).__name__}): "
+            "the server found the blob corrupt, or went away",
+            3,
+        ) from None
+
+
+def _verified(chunks: Iterator[bytes], sha: str, sink: Callable[[bytes], object]) -> int:
+    """Pass `chunks` to `sink`, holding the last back until the digest is known; the size."""
+    digest = hashlib.sha256()
+    held: bytes | None = None
+    size = 0
+    for chunk in chunks:
+        digest.update(chunk)
+        size += len(chunk)
+        if held is not None:
+            sink(held)
+        held = chunk
+    if digest.hexdigest() != sha:
+        raise CliError(f"blob {sha} is corrupt: it hashes to {digest.hexdigest()}", 1)
+    if held is not None:
+        sink(held)
+    return size
+
+
+def _to_file(chunks: Iterator[bytes], sha: str, dest: Path) -> int:
+    """Write to a temporary file beside `dest`, renamed over it once verified."""
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    except OSError as exc:
+        raise CliError(f"cannot write {dest}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            size = _verified(chunks, sha, out.write)
+        Path(tmp).replace(dest)
     finally:
         Path(tmp).unlink(missing_ok=True)
     return size

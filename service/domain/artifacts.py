@@ -18,7 +18,7 @@ Contracts:
 """
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,8 +35,9 @@ from service.config import Config
 from service.core.errors import BerthError, Conflict, Forbidden, Invalid, NotFound, StaleEpoch
 from service.db.engine import Database
 from service.db.queries import artifacts as artifacts_q
+from service.db.queries.artifacts import Ref
 from service.domain import audit
-from service.domain.tokens import DEFAULT_TENANT, check_name
+from service.domain.tokens import DEFAULT_TENANT, check_name, tenant_to_write
 
 log = structlog.get_logger(__name__)
 
@@ -146,23 +147,6 @@ def check_sha(name: str) -> str:
         raise Invalid(str(exc)) from None
 
 
-def _write_tenant(caller: Caller, wanted: str | None) -> str:
-    """The tenant an upload is for, decided as job submit does.
-
-    The one named, else the caller's only one ("default" for an admin).
-    """
-    if wanted:
-        check_name(wanted, "tenant")
-        if not caller.sees(wanted):
-            raise Forbidden(f"you may not upload to tenant {wanted!r}")
-        return wanted
-    if caller.all_tenants:
-        return DEFAULT_TENANT
-    if len(caller.tenants) == 1:
-        return next(iter(caller.tenants))
-    raise Invalid("say which tenant: you hold several (--tenant / ?tenant=)")
-
-
 def _read_tenants(caller: Caller, wanted: str | None) -> list[str]:
     """The tenants whose references a read may go through (none: the answer is NotFound)."""
     if wanted:
@@ -205,7 +189,7 @@ async def upload(
 ) -> Stored:
     """Store a tenant's upload, checked against its name, and reference it for the tenant."""
     sha = check_sha(sha256)
-    scope = _write_tenant(caller, tenant)
+    scope = tenant_to_write(caller, tenant, doing="upload")
     async with db.begin() as conn:
         ref_id = await artifacts_q.insert(
             conn, tenant=scope, sha256=sha, size=-1, what="upload", job_id=None, by=str(caller)
@@ -287,82 +271,98 @@ async def worker_upload(
 # -- for other domain code -------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Named:
+    """A blob a tenant names for its job (an input): referenced only if the tenant holds it."""
+
+    tenant: str
+    sha256: str
+    what: str
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """A blob a worker reports for its live job (an output, a saved artifact)."""
+
+    worker_tenants: tuple[str, ...]  # () for a fleet-wide worker
+    tenant: str
+    sha256: str
+    size: int
+    what: str
+    job_id: int
+
+
 async def reference_held(
-    conn: AsyncConnection,
-    *,
-    tenant: str,
-    sha256: str,
-    what: str,
-    job_id: int,
-    by: str,
-    gc_days: float,
-) -> int:
-    """Reference for job `job_id` a blob that `tenant` already holds (inputs, code): its size.
-
-    NotFound when the tenant holds no complete reference to it, the same answer as for a blob
-    that does not exist. In the caller's transaction, under the blob's shared lock.
-    """
-    sha = check_sha(sha256)
-    await artifacts_q.lock_shared(conn, sha)
-    size = await artifacts_q.held_size(conn, tenants=[tenant], sha256=sha, gc=gc_days * DAY)
-    if size is None:
-        raise NotFound(f"no blob {sha}")
-    await artifacts_q.insert(
-        conn, tenant=tenant, sha256=sha, size=size, what=what, job_id=job_id, by=by
-    )
-    return size
-
-
-async def reference(
-    conn: AsyncConnection,
-    *,
-    tenant: str,
-    sha256: str,
-    size: int,
-    what: str,
-    job_id: int | None,
-    by: str,
+    conn: AsyncConnection, named: Sequence[Named], *, by: str, gc_days: float
 ) -> None:
-    """Reference a blob written to the store for `tenant` (a job's outputs and logs).
+    """Reference for their jobs blobs their tenants already hold (inputs).
 
-    The caller vouches that the blob is in the store and came from that tenant's job: use it
-    for what a fleet-wide worker reports (it writes the store directly); for anything a tenant
-    or a tenant-bound worker names, use `reference_held`. A blob written before its reference
-    is kept by the collector for [cas] gc_days after it first sees it, long enough to report.
+    NotFound when a tenant holds no complete reference to one, the same answer as for a blob
+    that does not exist. In the caller's transaction, under the blobs' shared locks; a few
+    statements for any number of blobs.
     """
-    if size < 0:
-        raise Invalid("a blob's size is >= 0")
-    await artifacts_q.insert(
-        conn, tenant=tenant, sha256=check_sha(sha256), size=size, what=what, job_id=job_id, by=by
+    if not named:
+        return
+    await artifacts_q.lock_shared(conn, *(check_sha(n.sha256) for n in named))
+    sizes: dict[str, dict[str, int]] = {}
+    for tenant in {n.tenant for n in named}:
+        shas = [n.sha256 for n in named if n.tenant == tenant]
+        sizes[tenant] = await artifacts_q.held_sizes(
+            conn, tenant=tenant, shas=shas, gc=gc_days * DAY
+        )
+    if missing := next((n for n in named if n.sha256 not in sizes[n.tenant]), None):
+        raise NotFound(f"no blob {missing.sha256}")
+    await artifacts_q.insert_many(
+        conn,
+        [Ref(n.tenant, n.sha256, sizes[n.tenant][n.sha256], n.what, n.job_id, by) for n in named],
     )
+
+
+async def reference(conn: AsyncConnection, refs: Sequence[Ref]) -> None:
+    """Reference blobs written to the store for their tenants (code, a job's output segments).
+
+    The caller vouches that each blob is in the store and came from that tenant: use it for
+    what the server wrote itself; for anything a tenant names, `reference_held`; for what a
+    worker reports, `reference_reported`.
+    """
+    for r in refs:
+        check_sha(r.sha256)
+        if r.size < 0:
+            raise Invalid("a blob's size is >= 0")
+    await artifacts_q.insert_many(conn, refs)
 
 
 async def reference_reported(
-    conn: AsyncConnection,
-    *,
-    worker_tenants: list[str],
-    tenant: str,
-    sha256: str,
-    size: int,
-    what: str,
-    job_id: int,
-) -> bool:
-    """Reference a blob a worker reports for its live job (outputs, saved artifacts).
+    conn: AsyncConnection, reported: Sequence[Reported]
+) -> set[tuple[int, str]]:
+    """Reference blobs workers report for their live jobs; the (job, sha256) accepted.
 
     A write through this server for the job already referenced it. Otherwise only a fleet-wide
-    worker is taken at its word (it reaches the store directly); a tenant-bound one could name
-    another tenant's hash, so its report is refused (False) unless the fenced write made it.
+    worker is taken at its word (it reaches the store directly, and a blob written before its
+    reference is kept by the collector for [cas] gc_days after it first sees it); a
+    tenant-bound one could name another tenant's hash, so its report is refused unless the
+    fenced write made it.
     """
-    sha = check_sha(sha256)
-    if await artifacts_q.written_for_job(conn, job_id=job_id, sha256=sha):
-        return True
-    if worker_tenants:
-        log.warning("reported_blob_refused", job=job_id, sha256=sha, what=what)
-        return False
+    for r in reported:
+        check_sha(r.sha256)
+    written = await artifacts_q.written_for_jobs(conn, [(r.job_id, r.sha256) for r in reported])
+    new = {
+        (r.job_id, r.sha256): r
+        for r in reported
+        if (r.job_id, r.sha256) not in written and not r.worker_tenants
+    }
+    for r in reported:
+        if r.worker_tenants and (r.job_id, r.sha256) not in written:
+            log.warning("reported_blob_refused", job=r.job_id, sha256=r.sha256, what=r.what)
     await reference(
-        conn, tenant=tenant, sha256=sha, size=size, what=what, job_id=job_id, by=f"job:{job_id}"
+        conn,
+        [
+            Ref(r.tenant, r.sha256, r.size, r.what, r.job_id, f"job:{r.job_id}")
+            for r in new.values()
+        ],
     )
-    return True
+    return written | set(new)
 
 
 # -- reading and writing the store -----------------------------------------------------------

@@ -1,28 +1,29 @@
 """Jobs: submit (one or a batch), read, cancel, output. Tenant isolation on every call."""
 
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.auth.callers import Caller
-from service.cas.base import Store
+from service.cas.base import Store, one_chunk
 from service.config import Config
 from service.core import placement
-from service.core.errors import Forbidden, Invalid, NotFound
+from service.core.errors import Invalid, NotFound
 from service.core.placement import PoolSpec
 from service.core.states import DevicePolicy, JobState
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import leases as leases_q
 from service.db.queries import workers as workers_q
+from service.db.queries.artifacts import Ref
 from service.db.records import JobRecord, OutputChunk
 from service.domain import artifacts, audit, provisioning, secrets
 from service.domain import output as output_d
 from service.domain.fleet import worker_views
-from service.domain.tokens import DEFAULT_TENANT, check_name
+from service.domain.tokens import check_name, tenant_to_write
 
 ENV_KEY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,255}\Z")
 MAX_BATCH = 5000
@@ -44,19 +45,6 @@ class JobSpec:
     secrets: Mapping[str, str] = field(default_factory=dict)  # variable -> secret name
     inputs: Sequence[Mapping[str, str]] = ()  # {name, sha256, kind}: blobs the tenant holds
     repo: str = ""  # URL[@REV]
-
-
-def _tenant_for(caller: Caller, wanted: str | None) -> str:
-    if wanted:
-        check_name(wanted, "tenant")
-        if not caller.sees(wanted):
-            raise Forbidden(f"you may not submit to tenant {wanted!r}")
-        return wanted
-    if caller.all_tenants:
-        return DEFAULT_TENANT
-    if len(caller.tenants) == 1:
-        return next(iter(caller.tenants))
-    raise Invalid('say which tenant: you hold several (--tenant / "tenant")')
 
 
 def validate(spec: JobSpec, caller: Caller, pools: Mapping[str, PoolSpec]) -> dict[str, Any]:
@@ -86,7 +74,7 @@ def validate(spec: JobSpec, caller: Caller, pools: Mapping[str, PoolSpec]) -> di
         if not label or len(label) > 256 or "," in label:
             raise Invalid(f"label {label!r} must be 1-256 characters without commas")
     inputs = _inputs(spec)
-    tenant = _tenant_for(caller, spec.tenant)
+    tenant = tenant_to_write(caller, spec.tenant, doing="submit")
     return {
         "tenant": tenant,
         "kind": spec.kind,
@@ -170,18 +158,17 @@ async def submit(
 
 
 async def _code_by_hash(cas: artifacts.ServerStore, rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Python source goes into the store; the job keeps its hash (SPEC: it travels by hash)."""
-    sizes = {}
+    """Python source goes into the store, once per distinct source.
+
+    The job keeps its hash (SPEC: it travels by hash).
+    """
+    stored: dict[str, tuple[str, int]] = {}
     for row in rows:
-        if row["python"]:
-            sha, size = await cas.store.put(_one(row["python"].encode()))
-            row["python_sha256"], row["python"] = sha, ""
-            sizes[sha] = size
-    return sizes
-
-
-async def _one(data: bytes) -> AsyncIterator[bytes]:
-    yield data
+        if source := row["python"]:
+            if source not in stored:
+                stored[source] = await cas.store.put(one_chunk(source.encode()))
+            row["python_sha256"], row["python"] = stored[source][0], ""
+    return dict(stored.values())
 
 
 async def _reference(
@@ -192,27 +179,25 @@ async def _reference(
     *,
     by: str,
 ) -> None:
-    for job in created:
-        for item in job.inputs:
-            await artifacts.reference_held(
-                conn,
-                tenant=job.tenant,
-                sha256=item["sha256"],
-                what="input",
-                job_id=job.id,
-                by=by,
-                gc_days=cas.gc_days,
-            )
-        if job.python_sha256:
-            await artifacts.reference(
-                conn,
-                tenant=job.tenant,
-                sha256=job.python_sha256,
-                size=sizes[job.python_sha256],
-                what="code",
-                job_id=job.id,
-                by=by,
-            )
+    """The jobs' inputs (which their tenants must hold) and code, referenced for them."""
+    await artifacts.reference_held(
+        conn,
+        [
+            artifacts.Named(job.tenant, item["sha256"], "input", job.id)
+            for job in created
+            for item in job.inputs
+        ],
+        by=by,
+        gc_days=cas.gc_days,
+    )
+    await artifacts.reference(
+        conn,
+        [
+            Ref(job.tenant, job.python_sha256, sizes[job.python_sha256], "code", job.id, by)
+            for job in created
+            if job.python_sha256
+        ],
+    )
 
 
 async def get(db: Database, caller: Caller, job_id: int) -> JobRecord:

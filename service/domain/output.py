@@ -11,12 +11,12 @@ from typing import Any
 
 import msgspec
 import structlog
-from sqlalchemy import text
 
-from service.cas.base import CasError, Store
+from service.cas.base import CasError, Store, one_chunk
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import output as output_q
+from service.db.queries.artifacts import Ref
 from service.db.records import OutputChunk
 from service.domain import artifacts
 
@@ -44,7 +44,7 @@ async def pack(db: Database, store: Store, *, tail: int, limit: int = 100) -> in
         blob = msgspec.msgpack.encode(
             [(r["id"], r["epoch"], r["seq"], r["stream"], bytes(r["data"])) for r in rows]
         )
-        sha, size = await store.put(_one(blob))
+        sha, size = await store.put(one_chunk(blob))
         with contextlib.suppress(PackedByAnother):
             await _commit(db, job_id, rows, sha, size)
             made += 1
@@ -57,32 +57,15 @@ async def _commit(
     first, last = rows[0]["id"], rows[-1]["id"]
     async with db.begin() as conn:
         # One packer per job at a time (two leaders may overlap for a moment).
-        await conn.execute(text("SELECT pg_advisory_xact_lock(1650815605, :j)"), {"j": job_id})
-        still = await conn.execute(
-            text("SELECT count(*) FROM job_output WHERE job_id = :j AND id BETWEEN :f AND :l"),
-            {"j": job_id, "f": first, "l": last},
-        )
-        if still.scalar_one() != len(rows):
+        if await output_q.lock_and_count(conn, job_id, first=first, last=last) != len(rows):
             raise PackedByAnother
-        job = await jobs_q.get(conn, job_id, tenants=None)
-        if job is None:
+        tenant = (await jobs_q.tenants_of(conn, [job_id])).get(job_id)
+        if tenant is None:
             return
-        await artifacts.reference(
-            conn,
-            tenant=job.tenant,
-            sha256=sha,
-            size=size,
-            what="log",
-            job_id=job_id,
-            by="service:berth",
-        )
+        await artifacts.reference(conn, [Ref(tenant, sha, size, "log", job_id, "service:berth")])
         await output_q.add_segment(
             conn, job_id=job_id, first_id=first, last_id=last, sha256=sha, size=size
         )
-
-
-async def _one(blob: bytes) -> Any:  # noqa: ANN401  (an async iterator of one chunk)
-    yield blob
 
 
 async def read(

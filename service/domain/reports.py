@@ -8,7 +8,7 @@ logged, and a result that cannot be stored still ends its job (failed, with the 
 """
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -150,7 +150,9 @@ async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
             for w, f in batch.finished
         ],
     )
-    await _keep_outputs(conn, [(w, f) for w, f in batch.finished if (f.job, f.epoch) in finished])
+    await _keep_outputs(
+        conn, [(w, f) for w, f in batch.finished if (f.job, f.epoch) in finished], finished
+    )
     refused = [
         (f.job, f.epoch, w.id) for w, f in batch.finished if (f.job, f.epoch) not in finished
     ]
@@ -187,27 +189,26 @@ async def _keep_metrics_and_saved(conn: AsyncConnection, batch: Reports) -> None
     items = [(m.job, m.epoch, w.id) for w, m in batch.metrics]
     items += [(s.job, s.epoch, w.id) for w, s in batch.saved]
     live = await reports_q.live_jobs(conn, items)
-    await reports_q.merge_metrics(
-        conn,
-        [(m.job, json.dumps(m.values)) for _, m in batch.metrics if (m.job, m.epoch) in live],
-    )
+    merged: dict[int, dict[str, float]] = {}  # in report order: the newest value wins
+    for _, m in batch.metrics:
+        if (m.job, m.epoch) in live:
+            merged.setdefault(m.job, {}).update(m.values)
+    await reports_q.merge_metrics(conn, [(job, json.dumps(v)) for job, v in merged.items()])
+    saved = []
     for w, s in batch.saved:
         if (tenant := live.get((s.job, s.epoch))) is None:
             log.warning("saved_refused_stale_epoch", worker=w.name, job=s.job, epoch=s.epoch)
             continue
-        await artifacts.reference_reported(
-            conn,
-            worker_tenants=w.tenants,
-            tenant=tenant,
-            sha256=s.sha256,
-            size=s.size,
-            what="upload",
-            job_id=s.job,
+        saved.append(
+            artifacts.Reported(tuple(w.tenants), tenant, s.sha256, s.size, "upload", s.job)
         )
+    await artifacts.reference_reported(conn, saved)
 
 
 async def _keep_outputs(
-    conn: AsyncConnection, accepted: list[tuple[WorkerRecord, protocol.Finished]]
+    conn: AsyncConnection,
+    accepted: list[tuple[WorkerRecord, protocol.Finished]],
+    tenants: Mapping[tuple[int, int], str],
 ) -> None:
     """A result accepted: its outputs are referenced for the job's tenant and recorded.
 
@@ -216,21 +217,29 @@ async def _keep_outputs(
     with_outputs = [(w, f) for w, f in accepted if f.outputs]
     if not with_outputs:
         return
-    tenants = await jobs_q.tenants_of(conn, [f.job for _, f in with_outputs])
-    rows = []
-    for w, f in with_outputs:
-        kept = [
-            {"path": a.path, "sha256": a.sha256, "size": a.size}
-            for a in f.outputs
-            if await artifacts.reference_reported(
-                conn,
-                worker_tenants=w.tenants,
-                tenant=tenants[f.job],
-                sha256=a.sha256,
-                size=a.size,
-                what="output",
-                job_id=f.job,
+    vouched = await artifacts.reference_reported(
+        conn,
+        [
+            artifacts.Reported(
+                tuple(w.tenants), tenants[(f.job, f.epoch)], a.sha256, a.size, "output", f.job
             )
-        ]
-        rows.append((f.job, json.dumps(kept)))
-    await reports_q.set_outputs(conn, rows)
+            for w, f in with_outputs
+            for a in f.outputs
+        ],
+    )
+    await reports_q.set_outputs(
+        conn,
+        [
+            (
+                f.job,
+                json.dumps(
+                    [
+                        {"path": a.path, "sha256": a.sha256, "size": a.size}
+                        for a in f.outputs
+                        if (f.job, a.sha256) in vouched
+                    ]
+                ),
+            )
+            for _, f in with_outputs
+        ],
+    )

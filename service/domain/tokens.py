@@ -27,6 +27,24 @@ def check_name(name: str, what: str = "name") -> str:
     return name
 
 
+def tenant_to_write(caller: Caller, wanted: str | None, *, doing: str) -> str:
+    """The tenant a write (a job, an upload) goes to.
+
+    The one named, else the caller's only one ("default" for a caller of every tenant).
+    `doing` names the write in the refusal.
+    """
+    if wanted:
+        check_name(wanted, "tenant")
+        if not caller.sees(wanted):
+            raise Forbidden(f"you may not {doing} to tenant {wanted!r}")
+        return wanted
+    if caller.all_tenants:
+        return DEFAULT_TENANT
+    if len(caller.tenants) == 1:
+        return next(iter(caller.tenants))
+    raise Invalid('say which tenant: you hold several (--tenant / "tenant")')
+
+
 # Fixed paths under /api/v1/workers/: a worker of one of these names could not be drained,
 # disabled or enabled over HTTP (its name would be taken for the path).
 RESERVED_WORKER_NAMES = frozenset({"attach", "cas", "join-tokens"})

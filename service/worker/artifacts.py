@@ -10,21 +10,15 @@ opens every folder and file relative to its parent with O_NOFOLLOW, so a symlink
 (the kernel's protected_hardlinks stops a job from linking in a file it cannot read itself).
 """
 
-import asyncio
-import contextlib
 import os
 import stat
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 from service import protocol
 from service.cas import tree
-from service.cas.base import Store, get_file
+from service.cas.base import Store, get_file, put_open
 from service.cas.http import HttpStore
-
-CHUNK = 1 << 20
-MAX_OUTPUTS = 10_000
 
 
 def for_job(store: Store | None, lease: protocol.Lease) -> Store | None:
@@ -111,16 +105,11 @@ async def upload_outputs(store: Store, outdir: Path, uid: int) -> list[protocol.
     found: list[protocol.Artifact] = []
     try:
         for rel, fd in _walk(root, "", uid):
-            with contextlib.closing(os.fdopen(fd, "rb")) as f:
-                sha, size = await store.put(_chunks(f))
+            with os.fdopen(fd, "rb") as f:
+                sha, size = await put_open(store, f)
             found.append(protocol.Artifact(path=rel, sha256=sha, size=size))
-            if len(found) >= MAX_OUTPUTS:
+            if len(found) >= protocol.MAX_OUTPUTS:
                 break
     finally:
         os.close(root)
     return found
-
-
-async def _chunks(f: BinaryIO) -> AsyncIterator[bytes]:
-    while chunk := await asyncio.to_thread(f.read, CHUNK):
-        yield chunk

@@ -167,7 +167,7 @@ def become(uid: int, gid: int) -> Callable[[], None]:
 
 
 def _runs_as(uid: int) -> bool:
-    return uid in set(_uids())
+    return any(u == uid for u in _uids())
 
 
 async def kill_all(uid: int, attempts: int = 5) -> None:

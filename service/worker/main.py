@@ -29,7 +29,6 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from service import __version__, protocol
 from service.cas.base import Store
 from service.cas.factory import open_store
-from service.cas.http import HttpStore
 from service.config import Cas
 from service.worker import artifacts, credential, host, workdirs
 from service.worker.jobusers import DEFAULT_RANGE, NoFreeUid, Users
@@ -94,6 +93,7 @@ class Worker:
     store: Store | None = None  # the installation's artifact store, as this worker reaches it
     calls: Calls = field(default_factory=Calls)  # jobs' calls relayed to the server
     _own_store: Store | None = None
+    _opened_from: tuple[protocol.CasAccess, str] | None = None  # `store`'s access and bearer
     _own_id: str = ""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # SIGTERM/SIGINT
 
@@ -233,31 +233,34 @@ class Worker:
                 await asyncio.gather(*helpers, return_exceptions=True)
 
     def _reach_store(self, access: protocol.CasAccess | None) -> None:
-        """The store for this session: its own [cas], else the one the server hands out."""
+        """The store for this session: its own [cas], else the one the server hands out.
+
+        The same access as the last session keeps its store (and its connections): runs that
+        outlived the reconnect still upload through it.
+        """
         if self._own_store is not None or access is None:
             return
-        match access.provider:
-            case "http":
-                bearer = access.token or self._token  # "": this worker's own credential
-                # A path: the store is behind the server this worker dialled.
-                url = self._server() + access.url if access.url.startswith("/") else access.url
-                self.store = HttpStore(
-                    url,
-                    headers={"Authorization": f"Bearer {bearer}"},
-                    expected_id=access.id,
-                    verify=self.opts.cafile or None,
-                )
-            case "s3":
-                from service.cas.s3 import S3Store  # noqa: PLC0415  (the s3 extra: only here)
-
-                self.store = S3Store(
-                    access.bucket,
-                    prefix=access.prefix,
-                    endpoint_url=access.endpoint_url,
-                    region=access.region,
-                )
-            case _:
-                log.warning("the server's artifact store (%s) is out of reach", access.provider)
+        bearer = access.token or self._token  # "": this worker's own credential
+        if (access, bearer) == self._opened_from:
+            return
+        # A path: the store is behind the server this worker dialled.
+        url = self._server() + access.url if access.url.startswith("/") else access.url
+        cas = Cas(
+            provider=access.provider,
+            url=url,
+            bucket=access.bucket,
+            prefix=access.prefix,
+            endpoint_url=access.endpoint_url,
+            region=access.region,
+        )
+        self.store = open_store(
+            cas,
+            home=self.opts.home,
+            headers={"Authorization": f"Bearer {bearer}"},
+            verify=self.opts.cafile or None,
+            expected_id=access.id,
+        )
+        self._opened_from = (access, bearer)
 
     def _hello(self) -> protocol.Hello:
         return protocol.Hello(

@@ -27,7 +27,8 @@ _SMALL = 256  # what a report without data weighs, for the byte count
 class Outbox:
     def __init__(self, limit_bytes: int = DEFAULT_LIMIT) -> None:
         self.limit = limit_bytes
-        self._pending: dict[int, protocol.Report] = {}  # seq -> report, in seq order
+        # seq -> report, in seq order: an acknowledgement pops from the front, O(1) a report.
+        self._pending: collections.OrderedDict[int, protocol.Report] = collections.OrderedDict()
         self._sizes: dict[int, int] = {}
         self._bytes = 0
         self._seq = 0
@@ -101,8 +102,8 @@ class Outbox:
         """The server has everything up to `upto`: forget it, make room."""
         self._upto = max(self._upto, upto)
         self._acked.set()
-        for seq in [s for s in self._pending if s <= upto]:
-            del self._pending[seq]
+        while self._pending and next(iter(self._pending)) <= upto:
+            seq, _ = self._pending.popitem(last=False)
             self._bytes -= self._sizes.pop(seq)
         if self._bytes < self.limit:
             self._room.set()

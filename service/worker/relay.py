@@ -25,9 +25,9 @@ from typing import Any
 
 from service import protocol
 from service.cas.base import CasError, Store, check_name
+from service.cas.files import CHUNK
 
 MAX_LINE = 1 << 20
-CHUNK = 1 << 20
 
 ApiCall = Callable[[str, str, Any], Awaitable[tuple[int, Any]]]  # (method, path, body)
 

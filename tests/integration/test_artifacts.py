@@ -218,7 +218,7 @@ class TestTenantRoutes:
         async with cas.rt.db.begin() as conn:
             with pytest.raises(NotFound):
                 await artifacts.reference_held(
-                    conn, tenant="b", sha256=sha(data), what="input", job_id=1, by="t", gc_days=30
+                    conn, [artifacts.Named("b", sha(data), "input", 1)], by="t", gc_days=30
                 )
         # b may hold it too, by sending the bytes: then b reads it, and a's reference is intact.
         assert (await put(cas, data, b)).status_code == 200

@@ -182,3 +182,19 @@ class TestResend:
         assert (await state(db, a))[:2] == ("queued", 1)
         again = await reports.apply(db, batch)  # a resend changes nothing
         assert again.requeued == 0 and (await state(db, a))[:2] == ("queued", 1)
+
+
+class TestMetrics:
+    async def test_several_metrics_reports_in_one_batch_all_count(self, db: Database):
+        """Three metrics reports for one job in one flush: every name is kept, the newest value
+        of a name wins, whatever order the database would pick rows in."""
+        w = await worker(db)
+        (a,) = await leased_jobs(db, w, 1)
+        batch = reports.Reports()
+        batch.add(w, protocol.Metrics(seq=1, job=a, epoch=1, values={"loss": 0.9, "step": 1}))
+        batch.add(w, protocol.Metrics(seq=2, job=a, epoch=1, values={"acc": 0.5}))
+        batch.add(w, protocol.Metrics(seq=3, job=a, epoch=1, values={"loss": 0.4, "step": 2}))
+        await reports.apply(db, batch)
+        async with db.begin() as conn:
+            row = await conn.execute(text("SELECT metrics FROM jobs WHERE id = :a"), {"a": a})
+            assert row.scalar_one() == {"loss": 0.4, "step": 2, "acc": 0.5}

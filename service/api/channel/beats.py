@@ -50,5 +50,5 @@ class Heartbeats:
                 if wid in written:
                     session.send(protocol.Ack(seq=seq))
                 else:  # the worker re-attached to another server: this socket is stale
-                    await session.close(4000, "attached elsewhere")
+                    session.close_soon(4000, "attached elsewhere")
             # No poke: a host sample crossing a threshold is picked up by the fallback pass.

@@ -46,7 +46,7 @@ class Notices:
         elif op == "revoke":
             log.warning("worker_token_revoked", worker=session.worker.name)
             session.send(protocol.Exit(reason="its token was revoked", code=3))
-            await session.close(4003, "token revoked")
+            session.close_soon(4003, "token revoked")
         elif op == "state":
             state = WorkerState(notice["state"])
             session.worker = replace(session.worker, state=str(state))

@@ -7,7 +7,7 @@ fills up means the worker is not reading; it is cut off and may dial again.
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,11 +47,13 @@ class Session:
         except asyncio.QueueFull:
             log.warning("worker_not_reading", worker=self.worker.name, queued=SEND_QUEUE)
             self.closed = True
-            task = asyncio.ensure_future(self._close_socket(4008, "not reading"))
-            _background.add(task)
-            task.add_done_callback(_background.discard)
+            _spawn(self._close_socket(4008, "not reading"))
             return False
         return True
+
+    def close_soon(self, code: int, reason: str) -> None:
+        """`close` on a task of its own: a caller serving many workers never waits on one."""
+        _spawn(self.close(code, reason))
 
     async def _send_loop(self) -> None:
         while True:
@@ -86,6 +88,12 @@ class Session:
 
 
 _background: set[asyncio.Future[None]] = set()
+
+
+def _spawn(work: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.ensure_future(work)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
 
 
 class Sessions:

@@ -19,7 +19,7 @@ from litestar.exceptions import WebSocketDisconnect
 from service import protocol
 from service.api.channel.hub import Hub
 from service.api.channel.session import Session
-from service.api.identity import identify, runtime_of
+from service.api.identity import bearer, identify, runtime_of
 from service.api.runtime import Runtime
 from service.auth.permissions import Perm, allowed
 from service.core.errors import BerthError
@@ -97,13 +97,13 @@ async def _admit(socket: WebSocket[Any, Any, Any], rt: Runtime) -> tuple[leasing
     Returns the attachment and, after a join, the credential the worker is to store.
     """
     credential = ""
-    bearer = _bearer(socket)
-    if joining.looks_like(bearer):
+    presented = bearer(socket)
+    if joining.looks_like(presented):
         if rt.config.network.auth == "proxy":
             raise leasing.Refusal(
                 "join tokens are for token mode; behind a proxy, workers use the shared credential"
             )
-        caller, credential = await joining.trade(rt.db, bearer)
+        caller, credential = await joining.trade(rt.db, presented)
     else:
         caller = await identify(socket)
     if not allowed(caller, Perm.WORKER_PROTOCOL):
@@ -140,11 +140,6 @@ def _welcome(rt: Runtime, attached: leasing.Attached) -> protocol.Welcome:
         if rt.cas_access is not None
         else None,
     )
-
-
-def _bearer(socket: WebSocket[Any, Any, Any]) -> str:
-    scheme, _, value = socket.headers.get("authorization", "").partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else ""
 
 
 async def _refuse(socket: WebSocket[Any, Any, Any], reason: str) -> None:

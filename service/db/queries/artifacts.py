@@ -16,9 +16,23 @@ its writer writes the blob anew): never both missed.
 """
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A complete reference to insert: `tenant` may read blob `sha256` through it."""
+
+    tenant: str
+    sha256: str
+    size: int
+    what: str
+    job_id: int | None
+    by: str
+
 
 CAS_LOCK = 0x63617321  # 'cas!': with hashtext(sha256), one two-key advisory lock per blob
 PENDING = "interval '1 day'"
@@ -35,11 +49,17 @@ _HOLDS = f"(({_EXPIRES}) IS NULL OR ({_EXPIRES}) > now())"
 _FROM = "cas_refs r LEFT JOIN jobs j ON j.id = r.job_id"
 
 
-async def lock_shared(conn: AsyncConnection, sha256: str) -> None:
-    """Take the blob's lock in shared form until the transaction ends (every reference insert)."""
+async def lock_shared(conn: AsyncConnection, *shas: str) -> None:
+    """Take these blobs' locks in shared form until the transaction ends.
+
+    Every reference insert does; one statement for any number of blobs.
+    """
     await conn.execute(
-        text("SELECT pg_advisory_xact_lock_shared(CAST(:k AS int), hashtext(:sha))"),
-        {"k": CAS_LOCK, "sha": sha256},
+        text(
+            "SELECT pg_advisory_xact_lock_shared(CAST(:k AS int), hashtext(s)) "
+            "FROM (SELECT DISTINCT s FROM unnest(CAST(:shas AS text[])) AS s ORDER BY s) AS o"
+        ),
+        {"k": CAS_LOCK, "shas": list(shas)},
     )
 
 
@@ -113,16 +133,62 @@ async def held_size(
     return None if size is None else int(size)
 
 
-async def written_for_job(conn: AsyncConnection, *, job_id: int, sha256: str) -> bool:
-    """Whether a complete reference of job `job_id` to the blob exists (a fenced write)."""
-    row = await conn.execute(
+async def insert_many(conn: AsyncConnection, refs: Sequence[Ref]) -> None:
+    """Complete references, one statement for all (and one for their blobs' locks)."""
+    if not refs:
+        return
+    await lock_shared(conn, *(r.sha256 for r in refs))
+    await conn.execute(
         text(
-            "SELECT EXISTS (SELECT 1 FROM cas_refs "
-            "WHERE job_id = :job AND sha256 = :sha AND size >= 0)"
+            "INSERT INTO cas_refs (tenant, sha256, size, what, job_id, created_by, ended_at) "
+            "SELECT tenant, sha, size, what, job, by, CASE WHEN job IS NULL THEN now() END "
+            "FROM unnest(CAST(:tenants AS text[]), CAST(:shas AS text[]), "
+            "            CAST(:sizes AS bigint[]), CAST(:whats AS text[]), "
+            "            CAST(:jobs AS bigint[]), CAST(:bys AS text[])) "
+            "    AS v(tenant, sha, size, what, job, by)"
         ),
-        {"job": job_id, "sha": sha256},
+        {
+            "tenants": [r.tenant for r in refs],
+            "shas": [r.sha256 for r in refs],
+            "sizes": [r.size for r in refs],
+            "whats": [r.what for r in refs],
+            "jobs": [r.job_id for r in refs],
+            "bys": [r.by for r in refs],
+        },
     )
-    return bool(row.scalar_one())
+
+
+async def held_sizes(
+    conn: AsyncConnection, *, tenant: str, shas: Sequence[str], gc: float
+) -> dict[str, int]:
+    """Of `shas`, those `tenant` holds a complete reference to: their sizes."""
+    rows = await conn.execute(
+        text(
+            f"SELECT r.sha256, max(r.size) FROM {_FROM} "  # noqa: S608  (constant fragments)
+            f"WHERE r.tenant = :tenant AND r.sha256 = ANY(CAST(:shas AS text[])) "
+            f"  AND r.size >= 0 AND {_HOLDS} GROUP BY r.sha256"
+        ),
+        {"tenant": tenant, "shas": list(set(shas)), "gc": gc},
+    )
+    return {r[0]: int(r[1]) for r in rows}
+
+
+async def written_for_jobs(
+    conn: AsyncConnection, pairs: Sequence[tuple[int, str]]
+) -> set[tuple[int, str]]:
+    """Of (job, sha256), those with a complete reference of that job (a fenced write)."""
+    if not pairs:
+        return set()
+    rows = await conn.execute(
+        text(
+            "SELECT DISTINCT r.job_id, r.sha256 FROM cas_refs r "
+            "JOIN unnest(CAST(:jobs AS bigint[]), CAST(:shas AS text[])) AS v(job, sha) "
+            "  ON r.job_id = v.job AND r.sha256 = v.sha "
+            "WHERE r.size >= 0"
+        ),
+        {"jobs": [p[0] for p in pairs], "shas": [p[1] for p in pairs]},
+    )
+    return {(r[0], r[1]) for r in rows}
 
 
 async def live_lease_tenant(

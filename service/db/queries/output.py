@@ -4,7 +4,6 @@ Rows and segments never overlap: a segment is inserted and the rows it holds are
 transaction, and both keep the rows' ids, so output reads back in one order whatever moved.
 """
 
-from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
@@ -75,13 +74,19 @@ async def segments_after(conn: AsyncConnection, job_id: int, *, after: int) -> l
     return [dict(r._mapping) for r in rows]
 
 
-async def rows_bytes(conn: AsyncConnection, job_ids: Sequence[int]) -> dict[int, int]:
-    """Bytes of output each job holds in rows (for tests and `status`)."""
-    rows = await conn.execute(
-        text(
-            "SELECT job_id, sum(length(data)) FROM job_output "
-            "WHERE job_id = ANY(:ids) GROUP BY job_id"
-        ),
-        {"ids": list(job_ids)},
+PACK_LOCK = 1650815605  # with the job id: one packer per job at a time
+
+
+async def lock_and_count(conn: AsyncConnection, job_id: int, *, first: int, last: int) -> int:
+    """Take the job's packer lock until the transaction ends.
+
+    Returns how many of its rows with ids in [first, last] are still there.
+    """
+    await conn.execute(
+        text("SELECT pg_advisory_xact_lock(CAST(:k AS int), :j)"), {"k": PACK_LOCK, "j": job_id}
     )
-    return {r[0]: int(r[1]) for r in rows}
+    row = await conn.execute(
+        text("SELECT count(*) FROM job_output WHERE job_id = :j AND id BETWEEN :f AND :l"),
+        {"j": job_id, "f": first, "l": last},
+    )
+    return int(row.scalar_one())

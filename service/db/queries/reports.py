@@ -108,14 +108,14 @@ async def give_back_many(conn: AsyncConnection, items: Sequence[tuple[int, int, 
 async def finish_many(
     conn: AsyncConnection,
     items: Sequence[tuple[int, int, str, str, str, int | None, str]],
-) -> set[Key]:
+) -> dict[Key, str]:
     """Close live leases with their results; audit each, signed by its worker.
 
     Items are (job, epoch, worker id, worker name, state, exit code, error); returns the pairs
-    accepted.
+    accepted, with their job's tenant.
     """
     if not items:
-        return set()
+        return {}
     rows = await conn.execute(
         text(
             """
@@ -142,12 +142,12 @@ async def finish_many(
                        jsonb_build_object('state', state, 'exit_code', code, 'epoch', epoch)
                 FROM j ORDER BY id
             )
-            SELECT id, epoch FROM j
+            SELECT id, epoch, tenant FROM j
             """
         ),
         _columns(items, "jobs", "epochs", "workers", "names", "states", "codes", "errors"),
     )
-    return {(r[0], r[1]) for r in rows}
+    return {(r[0], r[1]): r[2] for r in rows}
 
 
 async def already_finished(
@@ -196,14 +196,16 @@ async def live_jobs(conn: AsyncConnection, items: Sequence[tuple[int, int, str]]
 
 
 async def merge_metrics(conn: AsyncConnection, items: Sequence[tuple[int, str]]) -> None:
-    """Merge emitted numbers (job, JSON object) into each job's metrics: newest per name."""
+    """Merge emitted numbers (job, JSON object) into each job's metrics: newest per name.
+
+    One item per job: an UPDATE ... FROM applies only one of several rows matching a job.
+    """
     if items:
         await conn.execute(
             text(
                 """
                 UPDATE jobs SET metrics = jobs.metrics || CAST(v.m AS jsonb)
-                FROM unnest(CAST(:jobs AS bigint[]), CAST(:ms AS text[])) WITH ORDINALITY
-                    AS v(job, m, n)
+                FROM unnest(CAST(:jobs AS bigint[]), CAST(:ms AS text[])) AS v(job, m)
                 WHERE jobs.id = v.job
                 """
             ),
