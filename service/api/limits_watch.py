@@ -20,16 +20,11 @@ log = structlog.get_logger(__name__)
 FALLBACK_SECONDS = 5.0
 
 
-def in_force(rt: Runtime) -> limits.InForce:
-    """The limits this server applies (berth.toml alone until the first read)."""
-    return rt.limits if rt.limits is not None else limits.InForce.of(rt.config)
-
-
 async def refresh(rt: Runtime) -> bool:
     """Re-read the limits; update rt.limits and rt.pools. True when the pools changed."""
     async with rt.limits_lock:  # reads in order: the last one started is the one kept
         found = await limits.in_force(rt.db, rt.config)
-        if rt.limits is not None and found.records == rt.limits.records:
+        if found.records == rt.limits.records:
             return False
         pools = found.pools()
         changed = pools != rt.pools

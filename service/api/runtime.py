@@ -41,15 +41,18 @@ class Runtime:
             if caller.name == name:
                 del self.callers[digest]
 
+    def __post_init__(self) -> None:
+        self.limits = InForce.of(self.config)  # berth.toml alone until the first read
+
     @property
     def effective(self) -> Config:
         """berth.toml with the operator limits in force on this server."""
-        return self.limits.config if self.limits is not None else self.config
+        return self.limits.config
 
     hub: "Hub | None" = None
     app: object = None  # the Litestar app serving this runtime (set by create_app)
     # The limits as this server last read them, and `pools` made from them (api/limits_watch.py).
-    limits: InForce | None = None
+    limits: InForce = field(init=False)
     limits_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def the_hub(self) -> "Hub":

@@ -14,7 +14,7 @@ recorded elsewhere (`audit head`, logged on each seal) shows that.
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -125,18 +125,3 @@ class Walker:
                 f"the newest {self.head[0] - last} entries were deleted"
             )
         return None
-
-
-def first_break(
-    entries: Iterable[Mapping[str, Any]],
-    *,
-    key: bytes | None = None,
-    keyed_from: int | None = None,
-    head: tuple[int, bytes] | None = None,
-) -> str | None:
-    """Walk sealed entries in seq order; describe the first that does not fit, or None."""
-    walker = Walker(key=key, keyed_from=keyed_from, head=head)
-    for entry in entries:
-        if broken := walker.feed(entry):
-            return broken
-    return walker.finish()

@@ -92,9 +92,14 @@ def blocked_by(worker: WorkerView, pool: PoolSpec) -> str | None:
 
 def free_slots(worker: WorkerView, pool: PoolSpec) -> dict[str, int]:
     """Free slots per kind: the pool's slots less live leases, capped by --parallel."""
-    free = {kind: max(0, n - worker.used.get(kind, 0)) for kind, n in pool.slots.items()}
-    if worker.parallel > 0:
-        room = max(0, worker.parallel - sum(worker.used.values()))
+    return room_left(pool.slots, worker.used, worker.parallel)
+
+
+def room_left(slots: Mapping[str, int], used: Mapping[str, int], parallel: int) -> dict[str, int]:
+    """`free_slots` from its parts (a worker's leases by kind, its --parallel)."""
+    free = {kind: max(0, n - used.get(kind, 0)) for kind, n in slots.items()}
+    if parallel > 0:
+        room = max(0, parallel - sum(used.values()))
         free = {kind: min(n, room) for kind, n in free.items()}
     return free
 

@@ -96,8 +96,8 @@ async def list_workers(
             (j.pool in (None, w.pool))
             and pool is not None
             and j.kind in pool.slots
-            and set(j.labels) <= set(w.labels)
-            and (not w.tenants or j.tenant in w.tenants)
+            and placement.carries(view, frozenset(j.labels))
+            and placement.serves(view, j.tenant)
             for j in waiting
         )
         rows.append(

@@ -12,10 +12,13 @@ import secrets as stdlib_secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.auth import minting
 from service.auth import tokens as tokens_auth
-from service.auth.callers import Caller, Kind, Role
+from service.auth.callers import Caller
 from service.core.errors import Conflict, Forbidden, Invalid
 from service.core.placement import PoolSpec
 from service.core.states import TokenKind
@@ -25,7 +28,7 @@ from service.db.queries import joining as joining_q
 from service.db.queries import tokens as tokens_q
 from service.db.queries import workers as workers_q
 from service.domain import audit
-from service.domain.tokens import check_name, check_worker_name
+from service.domain.tokens import caller_of, check_name, check_worker_name
 
 PREFIX = "brj_"
 LABEL = re.compile(r"\A[^,\x00-\x1f\x7f]{1,256}\Z")
@@ -49,6 +52,31 @@ class Issued:
 def worker_name(pool: str) -> str:
     """A generated name for a node: its pool and 8 random hex digits."""
     return f"{pool}-{stdlib_secrets.token_hex(4)}"[:128]
+
+
+async def create(
+    conn: AsyncConnection,
+    *,
+    name: str,
+    pool: str,
+    labels: Sequence[str],
+    tenants: Sequence[str],
+    by: str,
+    expires_seconds: float,
+) -> tuple[str, dict[str, Any]]:
+    """Mint a join token and store its digest, in the caller's transaction: (token, row)."""
+    token = PREFIX + stdlib_secrets.token_urlsafe(32)
+    row = await joining_q.create(
+        conn,
+        digest=tokens_auth.digest(token),
+        name=name,
+        pool=pool,
+        labels=sorted(set(labels)),
+        tenants=sorted(set(tenants)),
+        created_by=by,
+        expires_seconds=expires_seconds,
+    )
+    return token, row
 
 
 async def issue(
@@ -79,19 +107,17 @@ async def issue(
     if not 0 < expires_seconds <= 30 * 86400:
         raise Invalid("a join token expires within 30 days")
     minting.check(caller, TokenKind.WORKER, tenants)
-    token = PREFIX + stdlib_secrets.token_urlsafe(32)
     async with db.begin() as conn:
         if await joining_q.name_taken(conn, name):
             raise Conflict(f"a worker (or a pending join token) named {name!r} exists")
         await jobs_q.ensure_tenants(conn, list(tenants))
-        row = await joining_q.create(
+        token, row = await create(
             conn,
-            digest=tokens_auth.digest(token),
             name=name,
             pool=pool,
-            labels=sorted(set(labels)),
-            tenants=sorted(set(tenants)),
-            created_by=str(caller),
+            labels=labels,
+            tenants=tenants,
+            by=str(caller),
             expires_seconds=expires_seconds,
         )
         await audit.record(
@@ -136,10 +162,7 @@ async def trade(db: Database, token: str) -> tuple[Caller, str]:
             )
     if spent is None:
         raise JoinRefused(reason)
-    caller = Caller(
-        Kind.WORKER, record.name, Role.WORKER, frozenset(record.tenants), credential=record.name
-    )
-    return caller, credential
+    return caller_of(record), credential
 
 
 async def rotation_due(db: Database, name: str, *, hours: float) -> float | None:

@@ -6,25 +6,23 @@ first: a worker's row (and its one-time join token) is written before the provid
 start it, so whatever a leader killed mid-pass leaves, the next one finds in Postgres.
 """
 
-import secrets as stdlib_secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from service.auth import tokens as tokens_auth
 from service.auth.callers import Caller, Kind, Role
 from service.config import Config, Pool
 from service.core import provisioning as plans
+from service.core.placement import room_left
 from service.core.states import WorkerState
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
-from service.db.queries import joining as joining_q
 from service.db.queries import leases as leases_q
 from service.db.queries import provisioning as prov_q
 from service.db.queries import workers as workers_q
-from service.domain import audit
+from service.domain import audit, joining
 
 log = structlog.get_logger(__name__)
 
@@ -56,12 +54,8 @@ async def picture(db: Database, cfg: Config) -> Picture:
     queued = _demand(cfg, pools, groups)
     free: dict[str, dict[str, int]] = {name: {} for name in pools}
     for w in usage:
-        slots = pools[w["pool"]].slots
-        room = {k: max(0, n - int(w["used"].get(k, 0))) for k, n in slots.items()}
-        if w["parallel"] > 0:
-            left = max(0, w["parallel"] - sum(int(v) for v in w["used"].values()))
-            room = {k: min(n, left) for k, n in room.items()}
-        for kind, n in room.items():
+        used = {k: int(v) for k, v in w["used"].items()}
+        for kind, n in room_left(pools[w["pool"]].slots, used, w["parallel"]).items():
             free[w["pool"]][kind] = free[w["pool"]].get(kind, 0) + n
     out = {}
     for name, pool in pools.items():
@@ -123,10 +117,6 @@ def _demand(
     return out
 
 
-def new_name(pool: str) -> str:
-    return f"{pool}-{stdlib_secrets.token_hex(4)}"[:128]
-
-
 async def record_start(
     db: Database, *, pool: str, provider: str, most: int, labels: list[str], join: bool
 ) -> tuple[str, str] | None:
@@ -134,21 +124,19 @@ async def record_start(
 
     None when the pool has `most` alive already (another leader's start counted first).
     """
-    name = new_name(pool)
+    name = joining.worker_name(pool)
     token = ""
     async with db.begin() as conn:
         if not await prov_q.record_intent(conn, name=name, pool=pool, provider=provider, most=most):
             return None
         if join:
-            token = "brj_" + stdlib_secrets.token_urlsafe(32)
-            await joining_q.create(
+            token, _ = await joining.create(
                 conn,
-                digest=tokens_auth.digest(token),
                 name=name,
                 pool=pool,
-                labels=sorted(set(labels)),
+                labels=labels,
                 tenants=[],
-                created_by=str(LOOP),
+                by=str(LOOP),
                 expires_seconds=JOIN_SECONDS,
             )
         await audit.record(conn, LOOP, "worker.provisioned", name, pool=pool, provider=provider)
@@ -232,7 +220,7 @@ async def drain(db: Database, names: list[str]) -> None:
 async def is_alive(db: Database, name: str) -> bool:
     """Whether a provisioned worker's row is alive (starting, running or draining) right now."""
     async with db.begin() as conn:
-        return name in {r["name"] for r in await prov_q.alive(conn)}
+        return await prov_q.is_alive(conn, name)
 
 
 async def note(db: Database, cfg: Config, pool: str | None) -> str:

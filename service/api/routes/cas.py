@@ -95,7 +95,6 @@ async def put_blob(
 @get(f"{WORKER}/.id", opt={"perm": Perm.WORKER_PROTOCOL}, exception_handlers=cas_wire.ERRORS)
 async def worker_store_id(request: Request[Any, Any, Any]) -> Response[str]:
     """The store's id (a worker checks it against its welcome's)."""
-    await identify(request)
     return cas_wire.store_id(await _server(runtime_of(request)).id())
 
 

@@ -5,7 +5,6 @@ from typing import Any
 from litestar import Request, get, post
 from litestar.params import FromPath
 
-from service.api import limits_watch
 from service.api.identity import identify, request_id, runtime_of
 from service.auth.permissions import Perm
 from service.domain import fleet
@@ -86,7 +85,7 @@ async def set_worker_state(
 async def pools(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
     """Each pool with the values in force on this server, and the limits that set them."""
     rt = runtime_of(request)
-    status = await fleet.status(rt.db, limits_watch.in_force(rt))
+    status = await fleet.status(rt.db, rt.limits)
     return [{"name": name, **p} for name, p in sorted(status["pools"].items())]
 
 
@@ -94,6 +93,6 @@ async def pools(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
 async def status(request: Request[Any, Any, Any]) -> dict[str, Any]:
     rt = runtime_of(request)
     caller = await identify(request)
-    out = await fleet.status(rt.db, limits_watch.in_force(rt), tenants=caller.tenant_filter())
+    out = await fleet.status(rt.db, rt.limits, tenants=caller.tenant_filter())
     out["server"] = {"id": rt.server_id, "version": rt.version}
     return out

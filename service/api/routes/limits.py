@@ -32,7 +32,7 @@ class LimitBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 async def list_limits(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
     """Every limit set: value, berth.toml's value (`default`), who, when, why."""
     rt = runtime_of(request)
-    return [limits.describe(rt.config, r) for r in await limits.list_all(rt.db)]
+    return (await limits.in_force(rt.db, rt.config)).shown()
 
 
 @put("/api/v1/limits/{key:str}", opt={"perm": Perm.FLEET_WRITE}, status_code=200)

@@ -59,15 +59,7 @@ async def seal_batch(
     missing, in the same transaction, so the keyed part of the chain never begins without one.
     """
     await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SEAL_LOCK_KEY})
-    head = (
-        await conn.execute(
-            select(audit.c.seq, audit.c.hash)
-            .where(audit.c.seq.isnot(None))
-            .order_by(audit.c.seq.desc())
-            .limit(1)
-        )
-    ).one_or_none()
-    seq, previous = (head.seq, head.hash) if head else (0, audit_chain.GENESIS)
+    seq, previous = await head(conn) or (0, audit_chain.GENESIS)
     if await anchor(conn) is None:
         # Written on the first pass of a keyed server, whether or not anything waits to be
         # sealed: from here on every entry is keyed, and `audit verify` refuses a chain with

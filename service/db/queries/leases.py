@@ -150,6 +150,19 @@ async def live_of(conn: AsyncConnection, worker_id: str) -> list[tuple[int, int]
     return [(r[0], r[1]) for r in rows]
 
 
+# The jobs of the leases in `l` (job_id, epoch) that just expired: queued again, or failed
+# "worker lost" once their attempts are spent. Fenced by epoch: a job that moved on is left.
+REQUEUE_LOST = """
+UPDATE jobs SET
+    state = CASE WHEN jobs.attempt >= jobs.max_attempts THEN 'failed' ELSE 'queued' END,
+    error = CASE WHEN jobs.attempt >= jobs.max_attempts THEN 'worker lost' ELSE jobs.error END,
+    finished_at = CASE WHEN jobs.attempt >= jobs.max_attempts THEN now() END,
+    worker = CASE WHEN jobs.attempt >= jobs.max_attempts THEN jobs.worker END
+FROM l WHERE jobs.id = l.job_id AND jobs.attempt = l.epoch
+  AND jobs.state IN ('leased', 'running')
+"""
+
+
 async def expire(
     conn: AsyncConnection,
     *,
@@ -165,7 +178,7 @@ async def expire(
     only_epochs = [e for _, e in only] if only is not None else None
     rows = await conn.execute(
         text(
-            """
+            f"""
             WITH l AS (
                 UPDATE leases SET state = 'expired', ended_at = now()
                 WHERE state = 'live' AND worker_id = ANY(CAST(:workers AS uuid[]))
@@ -173,16 +186,9 @@ async def expire(
                         SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]))))
                 RETURNING job_id, epoch
             )
-            UPDATE jobs SET
-                state = CASE WHEN jobs.attempt >= jobs.max_attempts THEN 'failed' ELSE 'queued' END,
-                error = CASE WHEN jobs.attempt >= jobs.max_attempts
-                        THEN 'worker lost' ELSE jobs.error END,
-                finished_at = CASE WHEN jobs.attempt >= jobs.max_attempts THEN now() END,
-                worker = CASE WHEN jobs.attempt >= jobs.max_attempts THEN jobs.worker END
-            FROM l WHERE jobs.id = l.job_id AND jobs.attempt = l.epoch
-              AND jobs.state IN ('leased', 'running')
+            {REQUEUE_LOST}
             RETURNING jobs.id, jobs.state, l.epoch
-            """
+            """  # noqa: S608  (constant fragments only)
         ),
         {"workers": list(worker_ids), "jobs": only_jobs, "epochs": only_epochs},
     )

@@ -76,6 +76,18 @@ async def alive(conn: AsyncConnection) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in rows]
 
 
+async def is_alive(conn: AsyncConnection, name: str) -> bool:
+    """Whether the provisioned worker `name` is starting, running or draining."""
+    row = await conn.execute(
+        text(
+            "SELECT EXISTS (SELECT 1 FROM provisioned WHERE name = :n "
+            "AND state IN ('starting', 'running', 'draining'))"
+        ),
+        {"n": name},
+    )
+    return bool(row.scalar_one())
+
+
 async def mark_busy(conn: AsyncConnection) -> None:
     """Provisioned workers holding a lease now are not idle: idle_seconds counts from here."""
     await conn.execute(

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.db.queries.leases import REQUEUE_LOST
+
 Key = tuple[int, int]  # (job, epoch)
 
 
@@ -77,7 +79,7 @@ async def give_back_many(conn: AsyncConnection, items: Sequence[tuple[int, int, 
         return set()
     rows = await conn.execute(
         text(
-            """
+            f"""
             WITH l AS (
                 UPDATE leases SET state = 'expired', ended_at = now()
                 FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]),
@@ -86,19 +88,11 @@ async def give_back_many(conn: AsyncConnection, items: Sequence[tuple[int, int, 
                   AND leases.worker_id = v.worker AND leases.state = 'live'
                 RETURNING leases.job_id, leases.epoch
             ), j AS (
-                UPDATE jobs SET
-                    state = CASE WHEN jobs.attempt >= jobs.max_attempts THEN 'failed'
-                            ELSE 'queued' END,
-                    error = CASE WHEN jobs.attempt >= jobs.max_attempts
-                            THEN 'worker lost' ELSE jobs.error END,
-                    finished_at = CASE WHEN jobs.attempt >= jobs.max_attempts THEN now() END,
-                    worker = CASE WHEN jobs.attempt >= jobs.max_attempts THEN jobs.worker END
-                FROM l WHERE jobs.id = l.job_id AND jobs.attempt = l.epoch
-                  AND jobs.state IN ('leased', 'running')
+            {REQUEUE_LOST}
                 RETURNING jobs.id
             )
             SELECT job_id, epoch FROM l
-            """
+            """  # noqa: S608  (constant fragments only)
         ),
         _columns(items, "jobs", "epochs", "workers"),
     )

@@ -46,6 +46,14 @@ class WorkerSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     secret_env: Mapping[str, str] = field(default_factory=dict)
 
+    def plain_env(self, pool_env: object) -> dict[str, str]:
+        """The pool's compute env (when a table) under this worker's env, in clear.
+
+        Without the names the credential uses: a credential is never shadowed by a literal.
+        """
+        merged = {**(pool_env if isinstance(pool_env, dict) else {}), **self.env}
+        return {key: value for key, value in merged.items() if key not in self.secret_env}
+
     @property
     def labels(self) -> dict[str, str]:
         return {

@@ -54,6 +54,7 @@ Render = Callable[[WorkerSpec, Compute], tuple[Manifest, Manifest]]
 DEFAULT_NAMESPACE = "default"
 CONTAINER = "worker"
 GPU_RESOURCE = "nvidia.com/gpu"
+GRACE_SECONDS = 30  # a deleted pod's SIGTERM before SIGKILL: its worker gives back its jobs
 # Waiting reasons the kubelet will not get past by itself: the start failed.
 FATAL_WAITING = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
@@ -106,11 +107,8 @@ def manifests(spec: WorkerSpec, compute: Compute) -> tuple[Manifest, Manifest]:
         "labels": {key: label_value(value) for key, value in spec.labels.items()},
         "annotations": dict(spec.labels),  # exact values; a label may hold only a hash
     }
-    plain = {**(compute.env if isinstance(compute.env, dict) else {}), **spec.env}
     env: list[dict[str, Any]] = [
-        {"name": key, "value": value}
-        for key, value in plain.items()
-        if key not in spec.secret_env  # a credential is never shadowed by a literal
+        {"name": key, "value": value} for key, value in spec.plain_env(compute.env).items()
     ]
     env += [
         {"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
@@ -269,7 +267,6 @@ class KubernetesProvider:
         self,
         compute: Compute,
         *,
-        grace: int = 30,
         kubeconfig: Path | None = None,
         render: Render = manifests,
     ) -> None:
@@ -277,7 +274,6 @@ class KubernetesProvider:
         self._kubeconfig = kubeconfig
         self._namespace = namespace_of(compute)
         self._api_url = compute.api_url if isinstance(compute.api_url, str) else None
-        self._grace = grace
         self._render = render
         self._api: client.ApiClient | None = None
         self._connecting = asyncio.Lock()
@@ -367,7 +363,7 @@ class KubernetesProvider:
     async def _delete_pod(self, core: client.CoreV1Api, pod: str) -> None:
         await self._call(
             f"delete pod {pod}",
-            core.delete_namespaced_pod(pod, self._namespace, grace_period_seconds=self._grace),
+            core.delete_namespaced_pod(pod, self._namespace, grace_period_seconds=GRACE_SECONDS),
             ok=frozenset({404}),
         )
 

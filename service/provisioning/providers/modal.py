@@ -118,7 +118,6 @@ class ModalProvider:
 
     async def _create(self, spec: WorkerSpec) -> Any:  # noqa: ANN401  (modal's Sandbox)
         modal, compute = self._modal, self._compute
-        env = {**(compute.env if isinstance(compute.env, dict) else {}), **spec.env}
         return await modal.Sandbox.create.aio(
             "berth",
             *spec.argv,
@@ -126,7 +125,7 @@ class ModalProvider:
             name=sandbox_name(spec.installation, spec.name),
             tags=dict(spec.labels),
             image=modal.Image.from_registry(compute.image),
-            env={key: value for key, value in env.items() if key not in spec.secret_env},
+            env=spec.plain_env(compute.env),
             secrets=[modal.Secret.from_dict(dict(spec.secret_env))],
             timeout=SANDBOX_TIMEOUT_SECONDS,
             gpu=compute.gpu if isinstance(compute.gpu, str) else None,

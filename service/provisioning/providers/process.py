@@ -72,18 +72,15 @@ class ProcessProvider:
     def __init__(
         self,
         home: Path,
-        python: str = sys.executable,
         *,
         command: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
         grace: float = 10.0,
-        environ: Mapping[str, str] | None = None,
     ) -> None:
         self._dir = home / "provisioned"
-        self._command = tuple(command) if command is not None else (python, "-m", "service")
+        self._command = tuple(command) if command else (sys.executable, "-m", "service")
         self._env = dict(env or {})
         self._grace = grace
-        self._environ = environ  # None: the server's os.environ at each start
         self._children: dict[str, _Child] = {}
         self._lock = asyncio.Lock()  # one start or stop at a time: each looks, then acts
 
@@ -117,8 +114,7 @@ class ProcessProvider:
             MARKER,
             marker(spec.installation, spec.pool, spec.name),
         ]
-        environ = os.environ if self._environ is None else self._environ
-        env = worker_env(environ, self._env, spec.env, spec.secret_env)
+        env = worker_env(os.environ, self._env, spec.env, spec.secret_env)
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
             with self.log_path(spec.name).open("ab") as log:
