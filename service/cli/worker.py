@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
             pwd.getpwnam(args.run_as)
         except KeyError:
             raise CliError(f"--run-as {args.run_as}: no such user") from None
-    labels = tuple(sorted({x.strip() for x in args.labels.split(",") if x.strip()}))
+    labels = tuple(_labels(args.labels))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     worker_home.mkdir(mode=0o700, parents=True, exist_ok=True)
     worker_home.chmod(0o700)  # its credential and state: the worker's alone
@@ -179,7 +179,7 @@ def join_token(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"--expires: {exc}") from None
     client = Client(args.server)
-    labels = sorted({x.strip() for x in args.labels.split(",") if x.strip()})
+    labels = _labels(args.labels)
     body: dict[str, Any] = {
         "pool": args.pool,
         "labels": labels,
@@ -248,3 +248,8 @@ def list_workers(args: argparse.Namespace) -> int:
         )
     header = ["NAME", "POOL", "STATE", "SEEN", "LOAD", "MEM", "DISK", "SLOTS", "LABELS", "NO LEASE"]
     return listing(args, workers, rows, header)
+
+
+def _labels(given: str) -> list[str]:
+    """`--labels a,b`: sorted, without blanks or repeats."""
+    return sorted({x.strip() for x in given.split(",") if x.strip()})
