@@ -39,6 +39,7 @@ class Rule(Section, frozen=True):
     tenants: list[str] = msgspec.field(default_factory=list)
     tenants_from: str = ""  # a claim whose values name tenants, e.g. "groups"
     tenant_prefix: str = ""  # ... keeping those with this prefix, prefix removed
+    names: str = ""  # worker rules: the worker names this rule's principals may use (a glob)
 
 
 class Proxy(Section, frozen=True):
@@ -260,6 +261,8 @@ def check(config: Config) -> None:
             raise Invalid(f"network.proxy.rules[{i}]: a {rule.caller} rule needs a role")
         if not rule.when:
             raise Invalid(f"network.proxy.rules[{i}].when must name at least one claim")
+        if rule.names and rule.caller != "worker":
+            raise Invalid(f"network.proxy.rules[{i}].names: only a worker rule names workers")
 
 
 # Which compute keys each provider reads; any other key set for it would do nothing.

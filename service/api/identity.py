@@ -80,9 +80,9 @@ async def _from_proxy(connection: Conn, rt: Runtime) -> Caller:
     proxy = rt.config.network.proxy
     presented = bearer(connection)
     if rt.builtin_token and hmac.compare_digest(presented, rt.builtin_token):
-        # The in-process `serve` worker dials this server directly, not through the proxy;
-        # its token exists only in this process's memory.
-        return Caller(Kind.WORKER, "serve", Role.WORKER, frozenset())
+        # This server's built-in worker dials it directly, not through the proxy; its token is
+        # kept 0600 in this server's home and named nowhere else.
+        return await tokens.authenticate(rt.db, presented)
     if tokens_auth.looks_like(presented):
         raise Unauthenticated(
             "berth tokens are not accepted here: the proxy in front of berth is the authentication"
@@ -139,6 +139,7 @@ def compiled_rules(proxy: Proxy) -> tuple[rules_mod.Rule, ...]:
                 tenants=frozenset(r.tenants),
                 tenants_from=r.tenants_from,
                 tenant_prefix=r.tenant_prefix,
+                names=r.names,
             )
             for r in proxy.rules
         )

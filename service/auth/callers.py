@@ -29,6 +29,10 @@ class Caller:
     tenants: frozenset[str]
     credential: str = ""  # the berth token it presented (its name), when it presented one
     on_behalf: str = ""  # a job's caller: who created the job (the audit names both)
+    # What authenticated it, for a worker: `token:<id>` (the same across a joined credential's
+    # rotations) or `proxy:<digest>` (the worker rule that matched). A worker row and its
+    # leases belong to one identity (domain/leasing.py attach).
+    identity: str = ""
 
     def __str__(self) -> str:  # how writes are signed, e.g. "service:ci-pipeline"
         return f"{self.kind}:{self.name}"

@@ -5,6 +5,8 @@ Headers the proxy did not stamp must never reach here: the proxy strips client c
 """
 
 import fnmatch
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -42,6 +44,25 @@ class Rule:
     tenants: frozenset[str] = frozenset()
     tenants_from: str = ""  # a claim whose values name tenants, e.g. groups ...
     tenant_prefix: str = ""  # ... those starting with this prefix, the prefix removed
+    names: str = ""  # worker rules: the worker names its principals may use (a glob)
+
+    @property
+    def scoped(self) -> bool:
+        """A tenant's rule (its workers serve only some tenants), not a fleet-wide one."""
+        return bool(self.tenants or self.tenants_from)
+
+    @property
+    def identity(self) -> str:
+        """What a worker this rule admits is known by (its rows and leases belong to it)."""
+        body = {
+            "when": dict(sorted(self.when.items())),
+            "tenants": sorted(self.tenants),
+            "tenants_from": self.tenants_from,
+            "tenant_prefix": self.tenant_prefix,
+            "names": self.names,
+        }
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        return f"proxy:{digest[:24]}"
 
     def matches(self, claims: Claims) -> bool:
         return all(claims.matches(name, value) for name, value in self.when.items())
@@ -53,6 +74,25 @@ class Rule:
                 if value.startswith(self.tenant_prefix) and len(value) > len(self.tenant_prefix):
                     found.add(value[len(self.tenant_prefix) :])
         return frozenset(found)
+
+
+def owner(name: str, rules: Sequence[Rule], name_claims: Sequence[str]) -> Rule | None:
+    """The worker rule a worker name belongs to (SPEC section 6), or None.
+
+    The first worker rule whose `names` glob matches it; else a tenant's rule without `names`
+    whose own principals may bear it (its `when` on a name claim matches it); else the first
+    fleet-wide rule without `names`, which owns every name no other worker rule claims.
+    """
+    workers = [r for r in rules if r.kind is Kind.WORKER]
+    for rule in workers:
+        if rule.names and fnmatch.fnmatchcase(name, rule.names):
+            return rule
+    for rule in workers:
+        if not rule.names and rule.scoped:
+            patterns = [rule.when[c] for c in name_claims if c in rule.when]
+            if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+                return rule
+    return next((r for r in workers if not r.names and not r.scoped), None)
 
 
 def resolve(
@@ -72,8 +112,20 @@ def resolve(
         name = worker_name
         if not name:
             raise Forbidden("a worker rule matched but the request names no worker")
+        # Security: a worker's name is not its identity. A principal may name itself only as
+        # its rule allows, so a tenant's machine cannot pose as a fleet worker (and take over
+        # the leases of another tenant's jobs), nor one fleet rule's workers as another's.
+        if owner(name, rules, name_claims) is not rule:
+            raise Forbidden(f"worker name {name!r} belongs to another worker rule")
+        if not rule.names and rule.scoped and name != claims.first_present(name_claims):
+            raise Forbidden(
+                f"worker name {name!r}: a tenant's worker rule without names admits only its "
+                "principal's own name"
+            )
         # A worker rule with tenants admits a tenant's own machines: they serve only those.
-        return Caller(Kind.WORKER, name, Role.WORKER, rule.tenants_of(claims))
+        return Caller(
+            Kind.WORKER, name, Role.WORKER, rule.tenants_of(claims), identity=rule.identity
+        )
     name = claims.first_present(name_claims)
     if not name:
         raise Forbidden(f"a {rule.kind} rule matched but no claim names the caller")

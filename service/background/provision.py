@@ -191,13 +191,8 @@ class Provision(Loop):
             secret_env = {"BERTH_JOIN_TOKEN": join_token}  # binds pool, labels and name
         else:
             # Behind a proxy: the shared credential the worker rule matches, and its name.
-            shared = await secrets.for_lease(
-                self._db,
-                self._secret_key,
-                tenant="",
-                wanted={"BERTH_TOKEN": prov.credential_secret},
-            )
-            secret_env = shared
+            shared = await secrets.system_value(self._db, self._secret_key, prov.credential_secret)
+            secret_env = {"BERTH_TOKEN": shared}
             argv += ["--pool", name, "--name", worker]
             if prov.labels:
                 argv += ["--labels", ",".join(prov.labels)]

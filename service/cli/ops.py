@@ -19,7 +19,17 @@ def add(sub: Any) -> None:  # noqa: ANN401
     src = st.add_mutually_exclusive_group(required=True)
     src.add_argument("--from-file", type=Path)
     src.add_argument("--stdin", action="store_true")
-    st.add_argument("--tenant")
+    owner = st.add_mutually_exclusive_group()
+    owner.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        help="a tenant whose jobs may use it (repeat for several); none: a system secret, "
+        "which no job can name (the shared worker credential)",
+    )
+    owner.add_argument(
+        "--all-tenants", action="store_true", help="every tenant's jobs may use it (audited)"
+    )
     st.set_defaults(func=secret_set)
     ls = ssub.add_parser("list", help="secret names")
     add_server_arg(ls)
@@ -27,7 +37,9 @@ def add(sub: Any) -> None:  # noqa: ANN401
     rm = ssub.add_parser("rm", help="remove a secret")
     add_server_arg(rm)
     rm.add_argument("name")
-    rm.add_argument("--tenant")
+    rm_owner = rm.add_mutually_exclusive_group()
+    rm_owner.add_argument("--tenant", action="append", default=[])
+    rm_owner.add_argument("--all-tenants", action="store_true")
     rm.set_defaults(func=secret_rm)
 
     a = sub.add_parser("audit", help="the audit log")
@@ -58,11 +70,11 @@ def secret_set(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CliError(f"cannot read {args.from_file}: {exc.strerror}") from None
     value = value.removesuffix("\n")
-    body: dict[str, Any] = {"value": value}
-    if args.tenant:
-        body["tenant"] = args.tenant
-    Client(args.server).call("PUT", f"/api/v1/secrets/{args.name}", body)
-    print(f"set {args.name}")
+    body: dict[str, Any] = {"value": value, "tenants": args.tenant}
+    if args.all_tenants:
+        body["all_tenants"] = True
+    done = Client(args.server).call("PUT", f"/api/v1/secrets/{args.name}", body)
+    print(f"set {args.name} for {', '.join(done['owners'])}")
     return 0
 
 
@@ -71,16 +83,18 @@ def secret_list(args: argparse.Namespace) -> int:
     return listing(
         args,
         rows,
-        [
-            [r["name"], r["tenant"] or "(global)", r["created_by"], r["updated_at"][:19]]
-            for r in rows
-        ],
-        ["NAME", "TENANT", "SET BY", "UPDATED"],
+        [[r["name"], r["owner"], r["created_by"], r["updated_at"][:19]] for r in rows],
+        ["NAME", "OWNER", "SET BY", "UPDATED"],
     )
 
 
 def secret_rm(args: argparse.Namespace) -> int:
-    Client(args.server).call("DELETE", f"/api/v1/secrets/{args.name}", tenant=args.tenant)
+    Client(args.server).call(
+        "DELETE",
+        f"/api/v1/secrets/{args.name}",
+        tenant=args.tenant or None,
+        all_tenants="true" if args.all_tenants else None,
+    )
     print(f"removed {args.name}")
     return 0
 
@@ -110,12 +124,20 @@ def audit_verify(args: argparse.Namespace) -> int:
             head = audit_chain.parse_head(args.head)
         except ValueError as exc:
             raise CliError(str(exc)) from None
-    key = secrets.read_key(config.home())
+    home = config.home()
+    key = secrets.read_key(home)
+    recorded = None
+    kept = home / "audit.head"  # the head this home's server sealed (background/audit_seal.py)
+    if kept.exists():
+        try:
+            recorded = audit_chain.parse_head(kept.read_text().strip())
+        except (ValueError, OSError) as exc:
+            raise CliError(f"{kept}: {exc}") from None
 
     async def run(url: str) -> audit.Verification:
         db = Database(url, pool_size=1)
         try:
-            return await audit.verify(db, key, head=head)
+            return await audit.verify(db, key, heads=[head] if head else [], recorded=recorded)
         finally:
             await db.dispose()
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import structlog
 import uvicorn
 import uvloop
+from litestar import Litestar
 
 from service import __version__, log
 from service.api import limits_watch
@@ -29,7 +30,7 @@ from service.background.silence import ExpireSilent
 from service.background.supervisor import run_when_leader
 from service.cli.client import CliError
 from service.config import Config, home
-from service.core.errors import Unavailable
+from service.core.errors import BerthError, Unavailable
 from service.db import migrate, notify
 from service.db.embedded import Embedded, private_home, write_private
 from service.db.engine import Database
@@ -38,7 +39,7 @@ from service.db.queries.jobs import JOBS_CHANNEL
 from service.db.queries.limits import LIMITS_CHANNEL
 from service.db.queries.workers import WORKERS_CHANNEL
 from service.domain import artifacts, secrets, tokens
-from service.worker import hardening, jobusers
+from service.worker import credential, hardening, jobusers
 from service.worker import main as worker_main
 
 logger = structlog.get_logger("berth.serve")
@@ -82,14 +83,18 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         raise CliError(
             "the database is not migrated to this berth's schema: run `berth db upgrade` first"
         )
-    db = Database(url)
+    secret_key = secrets.load_key(berth_home)
+    db = Database(url, secret_key=secret_key)  # signs the audit entries this server writes
+    builtin_home = berth_home / "builtin" / _listen_key(host, port)
+    builtin_token = await _builtin_credential(db, builtin_home) if builtin_worker else ""
     rt = Runtime(
         config=cfg,
         db=db,
         server_id=uuid.uuid4().hex,
         version=__version__,
         pools=cfg.pool_specs(),
-        secret_key=secrets.load_key(berth_home),
+        secret_key=secret_key,
+        builtin_token=builtin_token,
     )
     cas = rt.cas = artifacts.open_server_store(cfg, home=berth_home, secret_key=rt.secret_key)
     # server_url "": a worker reaches a local store through the server it dialled, whichever.
@@ -105,22 +110,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     if admin is not None:
         path = write_private(berth_home / "admin.token", admin + "\n")
         print(f"admin token (shown once, also in {path}):\n{admin}", flush=True)
-    tls = cfg.network.tls
-    certfile, keyfile = (None, None) if isinstance(tls, str) else (tls.cert, tls.key)
-    server = _Uvicorn(
-        uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            log_config=None,
-            lifespan="off",
-            ws_max_size=64 << 20,
-            ws_per_message_deflate=False,  # small JSON frames: deflate costs more than it saves
-            http="httptools",
-            ssl_certfile=certfile,
-            ssl_keyfile=keyfile,
-        )
-    )
+    server, certfile = _http_server(app, cfg, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -162,7 +152,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                 Leader(url),
                 [
                     ExpireSilent(db, cfg.executor),
-                    SealAudit(db, rt.secret_key, interval=cfg.executor.loop_seconds),
+                    SealAudit(db, secret_key, home=berth_home, interval=cfg.executor.loop_seconds),
                     CollectArtifacts(db, cas, interval=cfg.cas.gc_seconds),
                     PackOutput(
                         db,
@@ -179,10 +169,10 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         if builtin_worker:
             tg.create_task(
                 _builtin_worker(
-                    rt,
+                    token=builtin_token,
                     url=f"{scheme}://{_dial(host)}:{port}",
                     cafile=certfile or "",
-                    berth_home=berth_home,
+                    home=builtin_home,
                     stop=stop,
                     server=server,
                 ),
@@ -198,38 +188,69 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     return 0
 
 
+def _http_server(app: Litestar, cfg: Config, host: str, port: int) -> tuple[_Uvicorn, str | None]:
+    """Uvicorn for the app, and the certificate it serves (None: plain HTTP)."""
+    tls = cfg.network.tls
+    certfile, keyfile = (None, None) if isinstance(tls, str) else (tls.cert, tls.key)
+    server = _Uvicorn(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_config=None,
+            lifespan="off",
+            ws_max_size=64 << 20,
+            ws_per_message_deflate=False,  # small JSON frames: deflate costs more than it saves
+            http="httptools",
+            ssl_certfile=certfile,
+            ssl_keyfile=keyfile,
+        )
+    )
+    return server, certfile
+
+
 def _dial(host: str) -> str:
     if host in ("0.0.0.0", "::", ""):  # noqa: S104  (what to dial when listening everywhere)
         return "127.0.0.1"
     return f"[{host}]" if ":" in host else host
 
 
+def _listen_key(host: str, port: int) -> str:
+    """A folder name for one listen address: each server on a home keeps its own worker."""
+    return "".join(c if c.isalnum() or c in "-." else "_" for c in f"{host}_{port}")
+
+
+async def _builtin_credential(db: Database, home: Path) -> str:
+    """This server's built-in worker's credential, kept (0600) in its folder across restarts."""
+    name_file = home / "name"
+    name = name_file.read_text().strip() if name_file.exists() else ""
+    try:
+        token, name = await tokens.builtin_worker(db, stored=credential.load(home), name=name)
+    except BerthError as exc:
+        raise CliError(f"cannot make the built-in worker's credential: {exc.message}", 3) from None
+    credential.store(home, token)
+    write_private(name_file, name + "\n")
+    return token
+
+
 async def _builtin_worker(
-    rt: Runtime,
     *,
+    token: str,
     url: str,
     cafile: str,
-    berth_home: Path,
+    home: Path,
     stop: asyncio.Event,
     server: uvicorn.Server,
 ) -> None:
-    """The `serve` pool's worker: a fresh token each start (the old one is revoked)."""
+    """The `serve` pool's worker, with this server's own identity (its folder under `home`)."""
     while not server.started and not stop.is_set():  # noqa: ASYNC110  (uvicorn offers no event)
         await asyncio.sleep(0.05)
-    with contextlib.suppress(Exception):
-        await tokens.revoke(rt.db, tokens.SYSTEM, name="serve")
-    token, _ = await tokens.create(
-        rt.db, tokens.SYSTEM, name="serve", kind="worker", tenants=[], expires_days=3650
-    )
-    rt.builtin_token = token
-    worker_home = berth_home / "serve-worker"
-    worker_home.mkdir(mode=0o700, exist_ok=True)
     worker = worker_main.Worker(
         worker_main.Options(
             server=url,
             token=token,
             pool="serve",
-            home=worker_home,
+            home=home,
             python=jobusers.job_python(sys.executable),
             cafile=cafile,
         )

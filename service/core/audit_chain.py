@@ -8,13 +8,20 @@ stored in the database, so a writer with database access alone cannot recompute 
 an edit. Entries sealed before the key existed keep their plain SHA-256 links; the anchor says
 where the keyed part begins and is itself MACed, so that boundary cannot be moved to pass keyed
 entries off as plain ones. Deleting the newest entries leaves a valid shorter chain; only a head
-recorded elsewhere (`audit head`, logged on each seal) shows that.
+recorded elsewhere (`audit head`, logged on each seal, and kept by each sealing server in its
+home: `audit verify` run there checks it with no flags) shows that.
+
+Signed on insert: each entry carries a nonce and an HMAC over its content (`sign_row`, under a
+key of its own derived from the secret key), made by the server that writes it. The sealer
+chains only entries whose MAC holds and names the others, so a database writer cannot get an
+entry of its own into the chain.
 """
 
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +37,47 @@ def chain_key(secret_key: bytes) -> bytes:
     return HKDF(
         algorithm=hashes.SHA256(), length=32, salt=None, info=b"berth audit chain v1"
     ).derive(secret_key)
+
+
+ROW_FIELDS = ("caller", "action", "target", "tenant", "request_id", "detail")
+NONCE = 16
+
+
+def row_key(secret_key: bytes) -> bytes:
+    """The key entries are signed with on insert (not the chain's, not the secret key)."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"berth audit row v1").derive(
+        secret_key
+    )
+
+
+def _plain(value: Any) -> Any:  # noqa: ANN401  (JSON values)
+    """A JSON value as it reads back from jsonb: an integral float is an integer there."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _row_digest(key: bytes, nonce: bytes, entry: Mapping[str, Any]) -> bytes:
+    body = {f: _plain(entry.get(f)) for f in ROW_FIELDS}
+    data = nonce + json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hmac.new(key, data, hashlib.sha256).digest()
+
+
+def sign_row(key: bytes, entry: Mapping[str, Any]) -> bytes:
+    """A fresh nonce and the HMAC over the entry's content: the `mac` it is inserted with."""
+    nonce = os.urandom(NONCE)
+    return nonce + _row_digest(key, nonce, entry)
+
+
+def row_signed(key: bytes, entry: Mapping[str, Any], mac: bytes | None) -> bool:
+    """True when `mac` is a server's signature of exactly this content."""
+    if mac is None or len(mac) != NONCE + 32:
+        return False
+    return hmac.compare_digest(mac[NONCE:], _row_digest(key, mac[:NONCE], entry))
 
 
 def canonical(seq: int, entry: Mapping[str, Any]) -> bytes:
@@ -75,7 +123,7 @@ class Walker:
     A long chain never sits in memory whole.
 
     `keyed_from`: the first keyed seq (from a verified anchor); None means no entry is keyed.
-    `head`: a (seq, hash) recorded earlier; the chain must still contain it.
+    `heads`: (seq, hash) pairs recorded earlier; the chain must still contain each.
     """
 
     def __init__(
@@ -83,11 +131,11 @@ class Walker:
         *,
         key: bytes | None = None,
         keyed_from: int | None = None,
-        head: tuple[int, bytes] | None = None,
+        heads: Sequence[tuple[int, bytes]] = (),
     ) -> None:
         self.key = key
         self.keyed_from = keyed_from
-        self.head = head
+        self.heads = dict(heads)
         self.previous = GENESIS
         self.expected = 1
         self.plain = 0
@@ -105,8 +153,8 @@ class Walker:
         expected_hash = link(self.previous, seq, entry, self.key if keyed else None)
         if not hmac.compare_digest(entry["hash"], expected_hash):
             return f"audit entry seq {seq} (id {entry['id']}) was altered: its hash does not match"
-        head = self.head
-        if head is not None and seq == head[0] and not hmac.compare_digest(entry["hash"], head[1]):
+        recorded = self.heads.get(seq)
+        if recorded is not None and not hmac.compare_digest(entry["hash"], recorded):
             return f"audit entry seq {seq} is not the recorded head: the chain was rewritten"
         self.previous = entry["hash"]
         self.expected += 1
@@ -119,9 +167,10 @@ class Walker:
     def finish(self) -> str | None:
         """After the last entry: a recorded head beyond the chain's end means deleted entries."""
         last = self.expected - 1
-        if self.head is not None and last < self.head[0]:
+        newest = max(self.heads, default=0)
+        if last < newest:
             return (
-                f"the chain ends at seq {last} but the recorded head is seq {self.head[0]}: "
-                f"the newest {self.head[0] - last} entries were deleted"
+                f"the chain ends at seq {last} but the recorded head is seq {newest}: "
+                f"the newest {newest - last} entries were deleted"
             )
         return None

@@ -13,7 +13,11 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from service.core import audit_chain
 from service.core.errors import Conflict, Unavailable
+
+# Where a transaction finds the key its audit entries are signed with (db/queries/audit.py).
+AUDIT_KEY = "berth.audit_row_key"
 
 _UNAVAILABLE = (
     OSError,
@@ -51,8 +55,15 @@ def is_unavailable(exc: BaseException) -> bool:
 class Database:
     """The engine plus berth's transaction pattern."""
 
-    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+    def __init__(self, url: str, *, pool_size: int = 10, secret_key: bytes | None = None) -> None:
+        """An engine for `url`.
+
+        `secret_key`: audit entries written through this database are signed with a key derived
+        from it (the sealer chains only those); None signs nothing (an ops tool without the key,
+        whose entries the sealer names).
+        """
         self.url = url
+        self._audit_key = audit_chain.row_key(secret_key) if secret_key else None
         self.engine: AsyncEngine = create_async_engine(
             async_url(url),
             pool_size=pool_size,
@@ -66,6 +77,7 @@ class Database:
         """A transaction: commit on success, roll back on error; driver errors translated."""
         try:
             async with self.engine.begin() as conn:
+                conn.info[AUDIT_KEY] = self._audit_key
                 yield conn
         except IntegrityError as exc:
             raise Conflict(_constraint_message(exc)) from exc

@@ -74,6 +74,7 @@ class JobRecord(Record):
 class WorkerRecord(Record):
     id: str
     name: str
+    identity: str  # the credential that attached it (token:<id> or proxy:<rule digest>)
     pool: str
     state: str
     liveness: str

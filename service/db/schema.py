@@ -85,6 +85,10 @@ workers = Table(
     Column("state", String(16), nullable=False, server_default="active"),  # operator's word
     Column("liveness", String(16), nullable=False, server_default="ok"),  # ok|unreachable|lost|gone
     Column("instance", String(64), nullable=False),  # the worker process; new on restart
+    # Who attached it: `token:<id>` (a token or a joined credential, the same across its
+    # rotations) or `proxy:<digest>` (the worker rule that matched). A row belongs to one
+    # identity: another attaches under its name only when it is not live and holds no lease.
+    Column("identity", String(200), nullable=False, server_default=""),
     Column("server_id", String(64)),  # the server holding its websocket, while attached
     Column("labels", ARRAY(String(256)), nullable=False, server_default="{}"),
     # A worker token with tenants serves only their jobs (a tenant's own machines); {}: any.
@@ -155,7 +159,14 @@ leases = Table(
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("job_id", BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
     Column("epoch", Integer, nullable=False),
-    Column("worker_id", UUID(as_uuid=False), ForeignKey("workers.id"), nullable=False),
+    # A worker row goes (forgotten, or taken over) only when it holds no live lease; its
+    # ended leases' history goes with it.
+    Column(
+        "worker_id",
+        UUID(as_uuid=False),
+        ForeignKey("workers.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
     Column("kind", String(64), nullable=False),
     Column("state", String(16), nullable=False, server_default="live"),
     Column("granted_at", DateTime(timezone=True), nullable=False, server_default=NOW),
@@ -198,6 +209,9 @@ audit = Table(
     # the chain's head: seq orders the chain, hash covers the previous entry's hash.
     Column("seq", BigInteger, unique=True),
     Column("hash", LargeBinary),
+    # A nonce and the server's HMAC over the entry's content, made on insert (core/audit_chain
+    # row_mac): the sealer chains only entries a server holding the key wrote.
+    Column("mac", LargeBinary, unique=True),
     Index("ix_audit_unsealed", "id", postgresql_where=text("seq IS NULL")),
 )
 

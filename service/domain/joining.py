@@ -108,7 +108,7 @@ async def issue(
         raise Invalid("a join token expires within 30 days")
     minting.check(caller, TokenKind.WORKER, tenants)
     async with db.begin() as conn:
-        if await joining_q.name_taken(conn, name):
+        if await joining_q.name_taken(conn, name) or await workers_q.holds_leases(conn, name=name):
             raise Conflict(f"a worker (or a pending join token) named {name!r} exists")
         await jobs_q.ensure_tenants(conn, list(tenants))
         token, row = await create(

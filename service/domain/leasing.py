@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service import protocol
 from service.auth.callers import Caller, Kind
@@ -69,6 +70,8 @@ async def attach(
             f"protocol {hello.protocol} is not the server's ({protocol.PROTOCOL_VERSION}); "
             "install the server's berth version"
         )
+    if not caller.identity:  # every worker credential names one (tokens, proxy rules)
+        raise Refusal("this credential cannot attach a worker: it has no identity")
     async with db.begin() as conn:
         bound = (
             await tokens_q.live_by_name(conn, name=caller.credential) if caller.credential else None
@@ -76,9 +79,11 @@ async def attach(
         pool, labels = _placement_of(hello, bound)
         if pool not in pools:
             raise Refusal(f"unknown pool {pool!r}; the server has {', '.join(sorted(pools))}")
-        worker, previous = await workers_q.attach(
+        previous = await _claim_name(conn, caller)
+        worker = await workers_q.attach(
             conn,
             name=caller.name,
+            identity=caller.identity,
             pool=pool,
             instance=hello.instance,
             server_id=server_id,
@@ -90,8 +95,14 @@ async def attach(
             env_digest=hello.env_digest,
             version=hello.berth_version,
         )
+        if worker is None:  # another credential inserted the name since _claim_name looked
+            raise Refusal(f"worker name {caller.name!r} was just taken by another credential")
         held = [(j, e) for j, e in hello.held]
-        live_held = await leases_q.live_among(conn, worker_id=worker.id, held=held)
+        # Security: resumed only when they are this identity's leases (the row is its own) and
+        # it serves their tenant; anything else it says it holds is given back, never adopted.
+        live_held = await leases_q.live_among(
+            conn, worker_id=worker.id, held=held, tenants=sorted(caller.tenants) or None
+        )
         # A lease the worker does not hold is running nowhere (a restarted worker holds none):
         # free it now instead of waiting out the silence window.
         live = set(await leases_q.live_of(conn, worker.id))
@@ -108,6 +119,27 @@ async def attach(
     )
     drop = tuple(sorted(set(held) - live_held))
     return Attached(worker=worker, drop=drop, freed=len(freed))
+
+
+async def _claim_name(conn: AsyncConnection, caller: Caller) -> str | None:
+    """Make the worker name the caller's to attach under; its previous instance, if it had one.
+
+    A name belongs to the identity whose row bears it. Another identity takes it only when that
+    row is neither live nor holding a lease: the row (and its lease history) goes, so nothing
+    of the old identity's carries over. Rows from before identities ("") are adopted.
+    """
+    found = await workers_q.holder(conn, name=caller.name)
+    if found is None:
+        return None
+    if found.identity in ("", caller.identity):
+        return found.instance
+    if found.busy:
+        raise Refusal(
+            f"worker name {caller.name!r} belongs to another credential and is in use (attached, "
+            "or holding leases until its silence window ends); choose another name"
+        )
+    await workers_q.remove(conn, worker_id=found.id)
+    return None
 
 
 def _placement_of(hello: protocol.Hello, bound: TokenRecord | None) -> tuple[str, tuple[str, ...]]:

@@ -1,6 +1,8 @@
 """Tokens: create, list, revoke, and turning a presented bearer token into a Caller."""
 
+import contextlib
 import re
+import secrets as stdlib_secrets
 
 from service.auth import minting
 from service.auth import tokens as tokens_auth
@@ -86,6 +88,12 @@ async def create(
     minting.check(caller, token_kind, tenants)
     token = tokens_auth.mint()
     async with db.begin() as conn:
+        if await workers_q.holds_leases(conn, name=name):
+            # Security: a revoked worker's leases stay live until its silence window ends (or
+            # it gives them back); a new credential of its name must not inherit them.
+            raise Conflict(
+                f"a worker named {name!r} still holds leases; its name is free once they end"
+            )
         await jobs_q.ensure_tenants(conn, tenants)
         record = await tokens_q.create(
             conn,
@@ -172,7 +180,14 @@ CALLERS = {
 
 def caller_of(record: TokenRecord) -> Caller:
     kind, role = CALLERS[TokenKind(record.kind)]
-    return Caller(kind, record.name, role, frozenset(record.tenants), credential=record.name)
+    return Caller(
+        kind,
+        record.name,
+        role,
+        frozenset(record.tenants),
+        credential=record.name,
+        identity=f"token:{record.id}",
+    )
 
 
 async def break_glass(db: Database, *, name: str, os_user: str) -> str:
@@ -198,3 +213,27 @@ async def ensure_admin(db: Database) -> str | None:
 
 
 SYSTEM = Caller(Kind.SERVICE, "berth", Role.ADMIN, frozenset())
+
+
+async def builtin_worker(db: Database, *, stored: str, name: str) -> tuple[str, str]:
+    """The credential of one server's built-in worker: (token, worker name).
+
+    Each server keeps its own in its home, so two servers on one database (or one home) keep
+    both built-in workers, each its own identity, across restarts. The stored token is used
+    while it is live; otherwise a new one is minted, under the stored name while that is free
+    (a revoked built-in worker comes back under its name) or a new generated one.
+    """
+    if stored:
+        with contextlib.suppress(Unauthenticated):
+            caller = await authenticate(db, stored)
+            if caller.kind is Kind.WORKER and not caller.tenants:
+                return stored, caller.name
+    for candidate in (name, f"serve-{stdlib_secrets.token_hex(4)}"):
+        if not candidate:
+            continue
+        with contextlib.suppress(Conflict):
+            token, record = await create(
+                db, SYSTEM, name=candidate, kind="worker", tenants=[], expires_days=3650
+            )
+            return token, record.name
+    raise Conflict("cannot mint a credential for the built-in worker")

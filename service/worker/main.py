@@ -297,7 +297,7 @@ class Worker:
                 case protocol.Exit():
                     self.exit_code, self.exit_reason = frame.code, frame.reason
                     if frame.code:
-                        await self._stop_all("exit")
+                        await self._give_back_all(ws)
                     return
                 case _:
                     await self._on_control(ws, frame)
@@ -330,6 +330,18 @@ class Worker:
         await ws.send(protocol.encode(protocol.Bye(released=held)).decode())
         self.exit_code, self.exit_reason = 0, "stopped"
         await ws.close()
+
+    async def _give_back_all(self, ws: ClientConnection) -> None:
+        """Told to exit (e.g. its credential was revoked): kill every job, give the leases back.
+
+        The copies are dead before `bye` names them, so the server may re-queue them at once
+        without a job running twice. Results not yet received go back too: the server takes
+        no report from a worker it told to exit.
+        """
+        held = tuple(sorted(set(self.runs) | self.outbox.finished_keys()))
+        await self._stop_all("released")
+        with contextlib.suppress(ConnectionClosed):
+            await ws.send(protocol.encode(protocol.Bye(released=held)).decode())
 
     async def _sender(self, ws: ClientConnection) -> None:
         while True:

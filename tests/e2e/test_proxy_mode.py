@@ -157,3 +157,99 @@ class TestProxyMode:
 
         refused = asyncio.run(human())
         assert isinstance(refused, protocol.Refused)
+
+
+IMPOSTOR_RULES = {
+    "network": {
+        "proxy": {
+            "rules": [
+                {"when": {"groups": "berth-admins"}, "role": "admin"},
+                # A tenant's own machine: its principal's own name only.
+                {"when": {"principal": "box-a"}, "caller": "worker", "tenants": ["a"]},
+                {"when": {"principal": "berth-workers"}, "caller": "worker"},
+            ]
+        }
+    }
+}
+
+
+class TestWorkerNamesAreNotIdentities:
+    def test_a_tenant_principal_cannot_pose_as_a_live_fleet_worker(self, server_factory):
+        """Tenant a's worker principal naming itself like the fleet worker that runs tenant b's
+        job is refused: it gets no lease, no relayed answer, and cannot finish b's job."""
+        from tests.procs import merge
+
+        s = server_factory(merge(PROXY, IMPOSTOR_RULES), builtin_worker=False)
+        url = s.url.replace("http", "ws") + protocol.WORKER_PATH
+        impostor = {"x-jwt-sub": "box-a", "x-berth-worker": "gpu-7"}
+
+        def hello(held=()) -> str:
+            frame = protocol.Hello(
+                protocol=protocol.PROTOCOL_VERSION,
+                berth_version="t",
+                pool="gpu",
+                instance=uuid.uuid4().hex,
+                held=held,
+            )
+            return protocol.encode(frame).decode()
+
+        async def run() -> None:
+            async with websockets.connect(url, additional_headers=WORKER) as fleet:
+                await fleet.send(hello())
+                assert isinstance(protocol.decode_to_worker(await fleet.recv()), protocol.Welcome)
+                r = await asyncio.to_thread(
+                    call,
+                    s,
+                    "POST",
+                    "/api/v1/jobs",
+                    ALICE,
+                    json={"command": ["sleep", "60"], "pool": "gpu", "tenant": "b"},
+                )
+                lease = None
+                while not isinstance(lease, protocol.Lease):
+                    lease = protocol.decode_to_worker(await asyncio.wait_for(fleet.recv(), 10))
+                assert lease.job == r.json()["id"] and lease.tenant == "b"
+                key = (lease.job, lease.epoch)
+                async with websockets.connect(url, additional_headers=impostor) as ws:
+                    await ws.send(hello(held=(key,)))
+                    refused = protocol.decode_to_worker(await asyncio.wait_for(ws.recv(), 10))
+                    assert isinstance(refused, protocol.Refused)
+                # Its own name works, serves tenant a only, and b's lease it names is not its.
+                own = {"x-jwt-sub": "box-a", "x-berth-worker": "box-a"}
+                async with websockets.connect(url, additional_headers=own) as ws:
+                    await ws.send(hello(held=(key,)))
+                    welcome = protocol.decode_to_worker(await asyncio.wait_for(ws.recv(), 10))
+                    assert isinstance(welcome, protocol.Welcome) and welcome.name == "box-a"
+                    assert welcome.drop == (key,)
+                    ask = protocol.RelayRequest(
+                        id=1, job=key[0], epoch=key[1], method="GET", path="/api/v1/jobs"
+                    )
+                    await ws.send(protocol.encode(ask).decode())
+                    done = protocol.Finished(
+                        seq=1, job=key[0], epoch=key[1], state="succeeded", exit_code=0
+                    )
+                    await ws.send(protocol.encode(done).decode())
+                    seen: list[protocol.ToWorker] = []
+                    while not any(isinstance(f, protocol.Received) for f in seen) or not any(
+                        isinstance(f, protocol.RelayResponse) for f in seen
+                    ):
+                        seen.append(
+                            protocol.decode_to_worker(await asyncio.wait_for(ws.recv(), 10))
+                        )
+                    answer = next(f for f in seen if isinstance(f, protocol.RelayResponse))
+                    assert answer.status == 410
+                    assert any(isinstance(f, protocol.Stale) and f.job == key[0] for f in seen)
+                shown = await asyncio.to_thread(call, s, "GET", f"/api/v1/jobs/{key[0]}", ALICE)
+                assert shown.json()["state"] == "leased" and shown.json()["worker"] == "gpu-7"
+
+        asyncio.run(run())
+        assert "belongs to another worker rule" in s.log()
+
+        # A fleet worker may not take the tenant machine's name either.
+        async def fleet_as_box() -> protocol.ToWorker:
+            headers = {"x-jwt-sub": "berth-workers", "x-berth-worker": "box-a"}
+            async with websockets.connect(url, additional_headers=headers) as ws:
+                await ws.send(hello())
+                return protocol.decode_to_worker(await asyncio.wait_for(ws.recv(), 10))
+
+        assert isinstance(asyncio.run(fleet_as_box()), protocol.Refused)

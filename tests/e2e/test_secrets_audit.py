@@ -71,7 +71,7 @@ class TestAudit:
         actions = {(e["caller"], e["action"]) for e in entries}
         assert ("human:admin", "job.submitted") in actions
         assert ("human:admin", "token.created") in actions
-        assert ("worker:serve", "job.finished") in actions
+        assert any(c.startswith("worker:serve-") and a == "job.finished" for c, a in actions)
         wait_for(
             lambda: all(e["seq"] for e in json.loads(s.cli("audit", "list", "--json").out)),
             10,
@@ -90,7 +90,8 @@ class TestAudit:
 
     def test_head_catches_a_truncated_tail(self, server_factory, sync_db_url):
         """`audit head` prints SEQ:HASH; after the newest entries are deleted, `verify --head`
-        fails naming how many, while plain `verify` cannot tell; a bad --head is one line."""
+        fails naming how many, and so does plain `verify` where the server runs (its kept head);
+        elsewhere plain `verify` cannot tell; a bad --head is one line."""
         s = server_factory(builtin_worker=False)
         for i in range(3):
             s.worker_token(f"w{i}")
@@ -103,11 +104,84 @@ class TestAudit:
         head = s.cli("audit", "head", **env).out.strip()
         assert head == (s.log().split('"head": "')[-1].split('"')[0])  # the same as logged
         assert s.cli("audit", "verify", "--head", head, **env).code == 0
+        kept = s.home / "audit.head"
+        wait_for(lambda: kept.exists() and kept.read_text() == head, 10, "the kept head")
+        assert oct(kept.stat().st_mode & 0o777) == "0o600"
         asyncio.run(sql(sync_db_url, f"DELETE FROM audit WHERE seq = {int(written)}"))  # noqa: S608
-        assert s.cli("audit", "verify", **env).code == 0
+        elsewhere = s.home.parent / "elsewhere"
+        elsewhere.mkdir()
+        key = {"BERTH_SECRET_KEY": (s.home / "secret.key").read_text().strip()}
+        assert s.cli("audit", "verify", BERTH_HOME=str(elsewhere), **key, **env).code == 0
+        here = s.cli("audit", "verify", **env)
+        assert here.code == 1 and "newest 1 entries were deleted" in here.err
         bad = s.cli("audit", "verify", "--head", head, **env)
         assert bad.code == 1 and "newest 1 entries were deleted" in bad.err
         nonsense = s.cli("audit", "verify", "--head", "three:xyz", **env)
         assert nonsense.code == 2 and "SEQ:HASH" in nonsense.err and "Traceback" not in nonsense.err
-        no_key = s.cli("audit", "verify", BERTH_HOME=str(s.home.parent / "elsewhere"), **env)
+        no_key = s.cli("audit", "verify", BERTH_HOME=str(elsewhere), **env)
         assert no_key.code == 1 and "no secret key" in no_key.err
+
+    def test_a_chain_rewritten_without_the_key_fails_with_no_flags(
+        self, server_factory, sync_db_url
+    ):
+        """A database writer recomputes the whole chain as plain SHA-256 and deletes the keyed
+        anchor: `berth audit verify` where the server runs fails with no flags. A row it
+        inserts is never sealed: the server names it, and so does verify."""
+        from service.core import audit_chain
+
+        s = server_factory(builtin_worker=False)
+        for i in range(3):
+            s.worker_token(f"w{i}")
+        kept = s.home / "audit.head"
+        wait_for(lambda: kept.exists() and kept.read_text().startswith("4:"), 10, "all sealed")
+        env = {"BERTH_DATABASE_URL": sync_db_url}
+        assert s.cli("audit", "verify", **env).code == 0
+
+        async def rewrite() -> None:
+            conn = await asyncpg.connect(plain_url(sync_db_url))
+            try:
+                rows = await conn.fetch("SELECT * FROM audit WHERE seq IS NOT NULL ORDER BY seq")
+                previous = audit_chain.GENESIS
+                for row in rows:
+                    entry = dict(row)
+                    entry["detail"] = json.loads(entry["detail"])
+                    previous = audit_chain.link(previous, row["seq"], entry)  # no key
+                    await conn.execute(
+                        "UPDATE audit SET hash = $1 WHERE seq = $2", previous, row["seq"]
+                    )
+                await conn.execute("DELETE FROM audit_anchor")
+            finally:
+                await conn.close()
+
+        asyncio.run(rewrite())
+        r = s.cli("audit", "verify", **env)
+        assert r.code == 1 and "anchor is gone" in r.err, r.err
+        # The server does not re-anchor the rewritten chain (which would pass it off as
+        # "sealed before keys"): it says so and stops sealing.
+        wait_for(lambda: "keyed anchor is gone" in s.log(), 10, "the sealer to refuse")
+        assert asyncio.run(sql(sync_db_url, "SELECT count(*) AS n FROM audit_anchor"))[0]["n"] == 0
+
+    def test_an_entry_a_database_writer_inserts_is_named(self, server_factory, sync_db_url):
+        """A row written straight into the audit table is left out of the chain, the server's
+        log names it, and `audit verify` fails naming it."""
+        s = server_factory(builtin_worker=False)
+        forged = asyncio.run(
+            sql(
+                sync_db_url,
+                "INSERT INTO audit (caller, action, target) "
+                "VALUES ('human:admin', 'token.created', 'backdoor') RETURNING id",
+            )
+        )[0]["id"]
+        s.worker_token("w1")
+        wait_for(lambda: "audit_entries_not_signed" in s.log(), 10, "the sealer to name it")
+        wait_for(
+            lambda: all(
+                e["seq"]
+                for e in json.loads(s.cli("audit", "list", "--json").out)
+                if e["id"] != forged
+            ),
+            10,
+            "the server's own entries sealed",
+        )
+        r = s.cli("audit", "verify", BERTH_DATABASE_URL=sync_db_url)
+        assert r.code == 1 and str(forged) in r.err and "not written by a berth server" in r.err

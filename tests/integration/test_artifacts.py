@@ -65,9 +65,10 @@ async def tenant_token(api: Api, name: str, *tenants: str) -> str:
 async def attach_worker(api: Api, name: str) -> str:
     """A worker row for the token `name` (as attaching makes one); its id."""
     async with api.rt.db.begin() as conn:
-        record, _ = await workers_q.attach(
+        record = await workers_q.attach(
             conn,
             name=name,
+            identity=f"token:{name}",
             pool="gpu",
             instance="i",
             server_id="s",
@@ -79,6 +80,7 @@ async def attach_worker(api: Api, name: str) -> str:
             env_digest="",
             version="",
         )
+    assert record is not None
     return record.id
 
 

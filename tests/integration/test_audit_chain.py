@@ -1,8 +1,10 @@
 """The keyed audit chain on a real database: sealing, verifying, and what a database writer
 without the secret key cannot hide."""
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from service.core import audit_chain
@@ -11,6 +13,14 @@ from service.db.queries import audit as audit_q
 from service.domain import audit
 
 KEY = b"s" * 32
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[Database]:
+    """The database as a server holding KEY writes to it: every entry signed on insert."""
+    database = Database(db_url, secret_key=KEY)
+    yield database
+    await database.dispose()
 
 
 async def write(db: Database, n: int, action: str = "job.submitted") -> None:
@@ -40,7 +50,7 @@ class TestKeyedChain:
     async def test_seals_and_verifies(self, db: Database):
         """A keyed server seals every entry; verify with the same key finds them intact."""
         await write(db, 5)
-        assert await audit.seal(db, KEY) == 5
+        assert (await audit.seal(db, KEY)).sealed == 5
         result = await audit.verify(db, KEY)
         assert (result.broken, result.keyed, result.plain, result.pending) == (None, 5, 0, 0)
 
@@ -90,10 +100,12 @@ class TestKeyedChain:
         async with db.begin() as conn:
             await conn.execute(text("DELETE FROM audit WHERE seq > 4"))
         assert (await audit.verify(db, KEY)).broken is None  # alone, it cannot tell
-        broken = (await audit.verify(db, KEY, head=head)).broken
+        broken = (await audit.verify(db, KEY, heads=[head])).broken
         assert broken is not None and "newest 2 entries were deleted" in broken
         forged = (head[0] - 2, b"\x00" * 32)
-        assert "not the recorded head" in ((await audit.verify(db, KEY, head=forged)).broken or "")
+        assert "not the recorded head" in (
+            (await audit.verify(db, KEY, heads=[forged])).broken or ""
+        )
 
 
 class TestOldEntries:
@@ -110,10 +122,81 @@ class TestOldEntries:
                     {"s": seq, "h": previous, "i": row["id"]},
                 )
         await write(db, 2, action="new.write")
-        assert await audit.seal(db, KEY) == 2
+        assert (await audit.seal(db, KEY)).sealed == 2
         result = await audit.verify(db, KEY)
         assert (result.broken, result.plain, result.keyed) == (None, 3, 2)
         async with db.begin() as conn:
             assert await audit_q.anchor(conn) is not None
             await conn.execute(text("UPDATE audit SET target = 'x' WHERE seq = 1"))
         assert "seq 1" in ((await audit.verify(db, KEY)).broken or "")
+
+
+class TestADatabaseWriterWithoutTheKey:
+    async def test_an_entry_it_inserts_is_never_sealed_and_is_named(self, db: Database):
+        """A row inserted straight into the table (no server's signature) stays out of the
+        chain, the sealer names it, and verify fails naming it."""
+        await write(db, 2)
+        async with db.begin() as conn:
+            forged = (
+                await conn.execute(
+                    text(
+                        "INSERT INTO audit (caller, action, target) "
+                        "VALUES ('human:admin', 'token.revoked', 'mallory') RETURNING id"
+                    )
+                )
+            ).scalar_one()
+        await write(db, 1)
+        done = await audit.seal(db, KEY)
+        assert (done.sealed, done.foreign) == (3, [forged])
+        assert (await audit.seal(db, KEY)).foreign == []  # named once, then left alone
+        result = await audit.verify(db, KEY)
+        assert result.broken is not None and str(forged) in result.broken
+        assert "not written by a berth server" in result.broken
+
+    async def test_an_entry_edited_before_sealing_is_named(self, db: Database):
+        """Editing a server's entry before the sealer reaches it voids its signature."""
+        await write(db, 3)
+        async with db.begin() as conn:
+            edited = (
+                await conn.execute(
+                    text(
+                        "UPDATE audit SET target = 'someone-else' "
+                        "WHERE id = (SELECT min(id) FROM audit) RETURNING id"
+                    )
+                )
+            ).scalar_one()
+        done = await audit.seal(db, KEY)
+        assert (done.sealed, done.foreign) == (2, [edited])
+
+    async def test_a_signed_entry_kept_out_of_the_chain_is_named(self, db: Database):
+        """Marking a server's entry as unsigned (to keep it out of the chain) is caught."""
+        await write(db, 2)
+        async with db.begin() as conn:
+            await conn.execute(text("UPDATE audit SET hash = '' WHERE seq IS NULL"))
+        assert (await audit.seal(db, KEY)).sealed == 0
+        broken = (await audit.verify(db, KEY)).broken
+        assert broken is not None and "kept out of the chain" in broken
+
+    async def test_a_signature_cannot_be_copied(self, db: Database):
+        """A copy of a signed entry (its signature replayed) is refused by the database."""
+        await write(db, 1)
+        async with db.begin() as conn:
+            with pytest.raises(Exception, match="uq_audit_mac"):
+                await conn.execute(
+                    text(
+                        "INSERT INTO audit (caller, action, target, mac) "
+                        "SELECT caller, action, target, mac FROM audit"
+                    )
+                )
+
+    async def test_an_unkeyed_rewrite_fails_against_the_kept_head(self, db: Database):
+        """With the head a server kept, a chain whose anchor is gone is a rewrite, whatever it
+        holds, and a rewritten or truncated tail is caught with no flags."""
+        await write(db, 4)
+        sealed = await audit.seal(db, KEY)
+        assert sealed.head is not None
+        async with db.begin() as conn:
+            await conn.execute(text("DELETE FROM audit_anchor"))
+        await rewrite_plain(db, 1)
+        broken = (await audit.verify(db, KEY, recorded=sealed.head)).broken
+        assert broken is not None and "anchor is gone" in broken

@@ -16,9 +16,10 @@ POISON = b"POISON"
 
 async def worker(db: Database) -> WorkerRecord:
     async with db.begin() as conn:
-        record, _ = await workers_q.attach(
+        record = await workers_q.attach(
             conn,
             name=f"w-{uuid.uuid4().hex[:6]}",
+            identity="token:1",
             pool="gpu",
             instance="i",
             server_id="s",
@@ -30,6 +31,7 @@ async def worker(db: Database) -> WorkerRecord:
             env_digest="",
             version="",
         )
+    assert record is not None
     return record
 
 

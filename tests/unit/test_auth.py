@@ -5,9 +5,10 @@ import hashlib
 
 import pytest
 
-from service.auth import tokens
+from service.auth import rules, tokens
 from service.auth.callers import Caller, Kind, Role
 from service.auth.permissions import GRANTS, Perm, allowed
+from service.core.errors import Forbidden
 
 P = Perm
 EXPECTED = {
@@ -146,3 +147,57 @@ class TestTokens:
     def test_minted_looks_like(self):
         """A freshly minted token looks like a token."""
         assert tokens.looks_like(tokens.mint())
+
+
+class TestWorkerNames:
+    """A worker name belongs to one worker rule (SPEC section 6); a principal names itself only
+    as its rule allows."""
+
+    RULES = (
+        rules.Rule(when={"groups": "admins"}, kind=Kind.HUMAN, role=Role.ADMIN),
+        rules.Rule(when={"principal": "box-a"}, kind=Kind.WORKER, tenants=frozenset({"a"})),
+        rules.Rule(
+            when={"principal": "lab-b"},
+            kind=Kind.WORKER,
+            tenants=frozenset({"b"}),
+            names="lab-b-*",
+        ),
+        rules.Rule(when={"principal": "berth-workers"}, kind=Kind.WORKER),
+    )
+
+    @pytest.mark.parametrize(
+        ("principal", "name", "admitted"),
+        [
+            ("berth-workers", "gpu-7", True),  # the fleet rule owns what nobody else claims
+            ("berth-workers", "box-a", False),  # the tenant rule's principal's own name
+            ("berth-workers", "lab-b-1", False),  # the glob of lab-b's rule
+            ("box-a", "box-a", True),
+            ("box-a", "gpu-7", False),  # a tenant's machine posing as a fleet worker
+            ("box-a", "box-a-2", False),  # without names: only its principal's own name
+            ("lab-b", "lab-b-1", True),
+            ("lab-b", "lab-b", False),
+            ("lab-b", "gpu-7", False),
+        ],
+    )
+    def test_table(self, principal, name, admitted):
+        claims = rules.Claims.from_headers({"principal": principal})
+
+        def resolve():
+            return rules.resolve(
+                claims, self.RULES, name_claims=["user", "principal"], worker_name=name
+            )
+
+        if admitted:
+            caller = resolve()
+            assert caller.kind is Kind.WORKER and caller.name == name
+            assert caller.identity.startswith("proxy:")
+        else:
+            with pytest.raises(Forbidden):
+                resolve()
+
+    def test_each_rule_is_its_own_identity(self):
+        """Two rules never share an identity; the same rule always gives the same one."""
+        identities = {r.identity for r in self.RULES}
+        assert len(identities) == len(self.RULES)
+        again = rules.Rule(when={"principal": "berth-workers"}, kind=Kind.WORKER)
+        assert again.identity == self.RULES[-1].identity

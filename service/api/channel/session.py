@@ -29,6 +29,7 @@ class Session:
     socket: WebSocket[Any, Any, Any]
     closed: bool = False
     left: bool = False  # it said bye: it stopped on purpose
+    revoked: bool = False  # its credential was revoked: only its bye is taken now
     _queue: asyncio.Queue[protocol.Frame] = field(
         default_factory=lambda: asyncio.Queue(maxsize=SEND_QUEUE)
     )
@@ -54,6 +55,15 @@ class Session:
     def close_soon(self, code: int, reason: str) -> None:
         """`close` on a task of its own: a caller serving many workers never waits on one."""
         _spawn(self.close(code, reason))
+
+    def close_later(self, delay: float, code: int, reason: str) -> None:
+        """Close after `delay` seconds unless the socket ends first."""
+
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            await self.close(code, reason)
+
+        _spawn(later())
 
     async def _send_loop(self) -> None:
         while True:

@@ -156,7 +156,15 @@ async def _serve(session: Session, hub: Hub) -> None:
             raw = await session.socket.receive_text()
         except (WebSocketDisconnect, RuntimeError):
             return
-        match _decode(raw):
+        frame = _decode(raw)
+        if session.revoked:
+            # Security: a revoked credential's reports are not results; only its bye, which
+            # gives back the leases of the copies it killed, is taken.
+            if isinstance(frame, protocol.Bye):
+                hub.bye(session, frame)
+                await session.close(4003, "revoked")
+            continue
+        match frame:
             case protocol.Beat() as beat:
                 hub.beats.add(session, beat)
             case (

@@ -1,19 +1,41 @@
 """SQL for the audit log: append is a plain insert; sealing chains entries in batches."""
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core import audit_chain
+from service.db.engine import AUDIT_KEY
 from service.db.schema import audit, audit_anchor
 
 
 async def append(conn: AsyncConnection, entries: Sequence[dict[str, Any]]) -> None:
-    """Insert entries (caller, action, target, tenant, request_id, detail) unsealed."""
-    if entries:
-        await conn.execute(insert(audit), list(entries))
+    """Insert entries (caller, action, target, tenant, request_id, detail) unsealed.
+
+    Each is signed with this transaction's audit key when it has one: the sealer chains only
+    signed entries (a database writer without the key cannot sign).
+    """
+    if not entries:
+        return
+    key = conn.info.get(AUDIT_KEY)
+    rows = [
+        {
+            "caller": e["caller"],
+            "action": e["action"],
+            "target": e["target"],
+            "tenant": e.get("tenant"),
+            "request_id": e.get("request_id", ""),
+            "detail": e.get("detail", {}),
+        }
+        for e in entries
+    ]
+    if key is not None:
+        for row in rows:
+            row["mac"] = audit_chain.sign_row(key, row)
+    await conn.execute(insert(audit), rows)
 
 
 async def recent(
@@ -50,17 +72,38 @@ async def anchor(conn: AsyncConnection) -> tuple[int, bytes] | None:
     return (row.keyed_from, row.mac) if row else None
 
 
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    count: int  # entries chained by this batch
+    seq: int  # the head after it
+    digest: bytes
+    foreign: list[int]  # ids of entries with no valid signature: left out of the chain
+
+
+class AnchorGone(Exception):
+    """The keyed chain's anchor is missing after this server sealed keyed entries."""
+
+
 async def seal_batch(
-    conn: AsyncConnection, *, key: bytes, limit: int = 2000
-) -> tuple[int, int, bytes]:
+    conn: AsyncConnection, *, key: bytes, row_key: bytes, may_anchor: bool = True, limit: int = 2000
+) -> Sealed:
     """Give the oldest unsealed entries their seq and keyed chained hash.
 
-    Returns (how many, the head's seq, the head's hash). The anchor is written first when it is
-    missing, in the same transaction, so the keyed part of the chain never begins without one.
+    Only entries a server signed on insert are chained; any other is marked (hash = b"") so it
+    is named once and never chained, and `audit verify` names it. The anchor is written first
+    when it is missing, in the same transaction, so the keyed part of the chain never begins
+    without one.
     """
     await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SEAL_LOCK_KEY})
     seq, previous = await head(conn) or (0, audit_chain.GENESIS)
     if await anchor(conn) is None:
+        if not may_anchor and seq:
+            # It sealed keyed entries before, so the anchor was deleted behind its back: a new
+            # one would pass a chain rewritten as plain SHA-256 off as "sealed before keys".
+            raise AnchorGone(
+                "the audit chain's keyed anchor is gone after this server sealed keyed entries: "
+                "the chain was tampered with; sealing stops (run `berth audit verify`)"
+            )
         # Written on the first pass of a keyed server, whether or not anything waits to be
         # sealed: from here on every entry is keyed, and `audit verify` refuses a chain with
         # sealed entries and no anchor (deleting it cannot pass the chain off as plain).
@@ -71,34 +114,53 @@ async def seal_batch(
         )
     rows = (
         await conn.execute(
-            select(*(audit.c[f] for f in audit_chain.FIELDS))
-            .where(audit.c.seq.is_(None))
+            select(*(audit.c[f] for f in audit_chain.FIELDS), audit.c.mac)
+            .where(audit.c.seq.is_(None), audit.c.hash.is_(None))
             .order_by(audit.c.id)
             .limit(limit)
             .with_for_update()
         )
     ).all()
-    if not rows:
-        return 0, seq, previous
-    ids, seqs, hashes = [], [], []
+    ids, seqs, hashes, foreign = [], [], [], []
     for row in rows:
+        entry = dict(row._mapping)
+        if not audit_chain.row_signed(row_key, entry, entry["mac"]):
+            foreign.append(row.id)
+            continue
         seq += 1
-        previous = audit_chain.link(previous, seq, dict(row._mapping), key)
+        previous = audit_chain.link(previous, seq, entry, key)
         ids.append(row.id)
         seqs.append(seq)
         hashes.append(previous)
-    await conn.execute(
-        text(
-            """
-            UPDATE audit SET seq = v.seq, hash = v.hash
-            FROM unnest(CAST(:ids AS bigint[]), CAST(:seqs AS bigint[]), CAST(:hashes AS bytea[]))
-                AS v(id, seq, hash)
-            WHERE audit.id = v.id
-            """
-        ),
-        {"ids": ids, "seqs": seqs, "hashes": hashes},
+    if foreign:
+        await conn.execute(
+            text("UPDATE audit SET hash = '' WHERE id = ANY(CAST(:ids AS bigint[]))"),
+            {"ids": foreign},
+        )
+    if ids:
+        await conn.execute(
+            text(
+                """
+                UPDATE audit SET seq = v.seq, hash = v.hash
+                FROM unnest(CAST(:ids AS bigint[]), CAST(:seqs AS bigint[]),
+                            CAST(:hashes AS bytea[])) AS v(id, seq, hash)
+                WHERE audit.id = v.id
+                """
+            ),
+            {"ids": ids, "seqs": seqs, "hashes": hashes},
+        )
+    return Sealed(len(ids), seq, previous, foreign)
+
+
+async def unsealed(conn: AsyncConnection, *, after_id: int, limit: int) -> list[dict[str, Any]]:
+    """Entries not in the chain (waiting, or marked as not signed), with their signature."""
+    rows = await conn.execute(
+        select(*(audit.c[f] for f in audit_chain.FIELDS), audit.c.mac, audit.c.hash)
+        .where(audit.c.seq.is_(None), audit.c.id > after_id)
+        .order_by(audit.c.id)
+        .limit(limit)
     )
-    return len(rows), seq, previous
+    return [dict(r._mapping) for r in rows]
 
 
 async def head(conn: AsyncConnection) -> tuple[int, bytes] | None:
@@ -122,7 +184,3 @@ async def sealed(conn: AsyncConnection, *, after_seq: int, limit: int) -> list[d
         .limit(limit)
     )
     return [dict(r._mapping) for r in rows]
-
-
-async def unsealed_count(conn: AsyncConnection) -> int:
-    return int((await conn.execute(select(func.count()).where(audit.c.seq.is_(None)))).scalar_one())

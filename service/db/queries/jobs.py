@@ -12,6 +12,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.states import LIVE_JOB_STATES, JobState
+from service.db.queries import audit as audit_q
 from service.db.records import JobRecord, OutputChunk
 from service.db.schema import job_output, jobs, tenants
 
@@ -49,14 +50,6 @@ WITH r AS (
            secrets, inputs, repo, timeout_seconds, max_attempts, priority, created_by
     FROM r ORDER BY n
     RETURNING {cols}
-), a AS (
-    INSERT INTO audit (caller, action, target, tenant, request_id, detail)
-    SELECT :caller, 'job.submitted',
-           CASE WHEN count(*) = 1 THEN min(id)::text ELSE min(id) || '..' || max(id) END,
-           CASE WHEN count(DISTINCT tenant) = 1 THEN min(tenant) END,
-           :request_id, jsonb_strip_nulls(jsonb_build_object('count', count(*),
-                                          'on_behalf_of', CAST(:on_behalf AS text)))
-    FROM j
 ), wake AS (
     SELECT pg_notify('{channel}', '')
 )
@@ -72,21 +65,34 @@ async def submit_many(
     request_id: str,
     on_behalf: str = "",
 ) -> list[JobRecord]:
-    """Queue jobs, make their tenants, audit the submit and wake every server: one statement.
+    """Queue jobs, make their tenants, audit the submit and wake every server.
 
-    The hot path of `POST /api/v1/jobs`: one round trip whatever the batch size.
+    The hot path of `POST /api/v1/jobs`: two round trips whatever the batch size (the audit
+    entry is signed by this server once the ids are known, audit_q.append).
     """
     payload = [{"n": i, **row} for i, row in enumerate(rows)]
-    result = await conn.execute(
-        text(_SUBMIT_SQL),
-        {
-            "jobs": json.dumps(payload),
-            "caller": caller,
-            "request_id": request_id,
-            "on_behalf": on_behalf or None,
-        },
-    )
-    return [JobRecord.of(r) for r in result]
+    result = await conn.execute(text(_SUBMIT_SQL), {"jobs": json.dumps(payload)})
+    made = [JobRecord.of(r) for r in result]
+    if made:
+        first, last = made[0].id, made[-1].id
+        tenants_of = {j.tenant for j in made}
+        detail: dict[str, Any] = {"count": len(made)}
+        if on_behalf:
+            detail["on_behalf_of"] = on_behalf
+        await audit_q.append(
+            conn,
+            [
+                {
+                    "caller": caller,
+                    "action": "job.submitted",
+                    "target": str(first) if first == last else f"{first}..{last}",
+                    "tenant": next(iter(tenants_of)) if len(tenants_of) == 1 else None,
+                    "request_id": request_id,
+                    "detail": detail,
+                }
+            ],
+        )
+    return made
 
 
 async def notify_jobs(conn: AsyncConnection) -> None:

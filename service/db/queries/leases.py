@@ -196,19 +196,32 @@ async def expire(
 
 
 async def live_among(
-    conn: AsyncConnection, *, worker_id: str, held: Sequence[tuple[int, int]]
+    conn: AsyncConnection,
+    *,
+    worker_id: str,
+    held: Sequence[tuple[int, int]],
+    tenants: Sequence[str] | None = None,
 ) -> set[tuple[int, int]]:
-    """Which of the (job, epoch) pairs a worker says it holds are its live leases."""
+    """Which of the (job, epoch) pairs a worker says it holds are its live leases.
+
+    `tenants`: only leases of those tenants' jobs count (a worker bound to tenants); None: any.
+    """
     if not held:
         return set()
     rows = await conn.execute(
         text(
             """
-            SELECT job_id, epoch FROM leases
-            WHERE worker_id = :w AND state = 'live' AND (job_id, epoch) IN (
+            SELECT l.job_id, l.epoch FROM leases l JOIN jobs j ON j.id = l.job_id
+            WHERE l.worker_id = :w AND l.state = 'live' AND (l.job_id, l.epoch) IN (
                 SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[])))
+              AND (CAST(:tenants AS text[]) IS NULL OR j.tenant = ANY(CAST(:tenants AS text[])))
             """
         ),
-        {"w": worker_id, "jobs": [h[0] for h in held], "epochs": [h[1] for h in held]},
+        {
+            "w": worker_id,
+            "jobs": [h[0] for h in held],
+            "epochs": [h[1] for h in held],
+            "tenants": None if tenants is None else list(tenants),
+        },
     )
     return {(r[0], r[1]) for r in rows}

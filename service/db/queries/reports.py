@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.db.queries import audit as audit_q
 from service.db.queries.leases import REQUEUE_LOST
 
 Key = tuple[int, int]  # (job, epoch)
@@ -130,18 +131,27 @@ async def finish_many(
                 FROM l JOIN v ON v.job = l.job_id AND v.epoch = l.epoch
                 WHERE jobs.id = l.job_id AND jobs.attempt = l.epoch
                 RETURNING jobs.id, jobs.tenant, v.epoch, v.name, v.state, v.code
-            ), a AS (
-                INSERT INTO audit (caller, action, target, tenant, detail)
-                SELECT 'worker:' || name, 'job.finished', id::text, tenant,
-                       jsonb_build_object('state', state, 'exit_code', code, 'epoch', epoch)
-                FROM j ORDER BY id
             )
-            SELECT id, epoch, tenant FROM j
+            SELECT id, epoch, tenant, name, state, code FROM j ORDER BY id
             """
         ),
         _columns(items, "jobs", "epochs", "workers", "names", "states", "codes", "errors"),
     )
-    return {(r[0], r[1]): r[2] for r in rows}
+    done = rows.all()
+    await audit_q.append(
+        conn,
+        [
+            {
+                "caller": f"worker:{r.name}",
+                "action": "job.finished",
+                "target": str(r.id),
+                "tenant": r.tenant,
+                "detail": {"state": r.state, "exit_code": r.code, "epoch": r.epoch},
+            }
+            for r in done
+        ],
+    )
+    return {(r.id, r.epoch): r.tenant for r in done}
 
 
 async def already_finished(

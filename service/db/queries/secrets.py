@@ -29,11 +29,11 @@ async def put(
     )
 
 
-async def names(conn: AsyncConnection, *, tenants: frozenset[str] | None) -> list[dict[str, Any]]:
-    """Names, tenants and authors: never values. Global secrets have tenant ''."""
+async def names(conn: AsyncConnection, *, tenants: set[str] | None) -> list[dict[str, Any]]:
+    """Names, owners (tenant, "*" for all, "" for the system) and authors: never values."""
     q = select(secrets.c.name, secrets.c.tenant, secrets.c.created_by, secrets.c.updated_at)
     if tenants is not None:
-        q = q.where(secrets.c.tenant.in_(["", *sorted(tenants)]))
+        q = q.where(secrets.c.tenant.in_(sorted(tenants)))
     rows = await conn.execute(q.order_by(secrets.c.tenant, secrets.c.name))
     return [dict(r._mapping) for r in rows]
 
@@ -48,12 +48,12 @@ async def remove(conn: AsyncConnection, *, tenant: str, name: str) -> bool:
 
 
 async def sealed_for(
-    conn: AsyncConnection, *, tenant: str, names_: Sequence[str]
+    conn: AsyncConnection, *, scopes: Sequence[str], names_: Sequence[str]
 ) -> dict[tuple[str, str], tuple[bytes, bytes]]:
-    """(tenant, name) -> (nonce, ciphertext) for the tenant's own and the global secrets."""
+    """(scope, name) -> (nonce, ciphertext) for these names in these scopes (owners)."""
     if not names_:
         return {}
-    wanted = [(t, n) for n in names_ for t in (tenant, "")]
+    wanted = [(t, n) for n in names_ for t in scopes]
     rows = await conn.execute(
         select(secrets.c.tenant, secrets.c.name, secrets.c.nonce, secrets.c.ciphertext).where(
             tuple_(secrets.c.tenant, secrets.c.name).in_(wanted)

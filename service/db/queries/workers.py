@@ -3,6 +3,7 @@
 import json
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
@@ -13,7 +14,8 @@ from service.db.records import WorkerRecord
 WORKERS_CHANNEL = "berth_workers_v1"
 
 _COLUMNS = """
-    SELECT id::text AS id, name, pool, state, liveness, instance, server_id, labels, tenants,
+    SELECT id::text AS id, name, identity, pool, state, liveness, instance, server_id, labels,
+           tenants,
            parallel,
            host, python, env_digest, version, attached_at, last_seen_at,
            extract(epoch FROM clock_timestamp() - last_seen_at)::float8 AS seen_seconds_ago
@@ -21,10 +23,57 @@ _COLUMNS = """
 _SELECT = _COLUMNS + " FROM workers "
 
 
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who has a worker name now: the row's identity, and whether it is live or holds leases."""
+
+    id: str
+    identity: str
+    instance: str
+    busy: bool  # attached-looking (not lost or gone), or holding a live lease
+
+
+async def holder(conn: AsyncConnection, *, name: str) -> Holder | None:
+    """The row named `name`, locked for this transaction; None when there is none."""
+    row = (
+        await conn.execute(
+            text(
+                """
+                SELECT id::text AS id, identity, instance,
+                    liveness IN ('ok', 'unreachable') OR EXISTS (
+                        SELECT 1 FROM leases l WHERE l.worker_id = workers.id AND l.state = 'live'
+                    ) AS busy
+                FROM workers WHERE name = :name FOR UPDATE
+                """
+            ),
+            {"name": name},
+        )
+    ).one_or_none()
+    return Holder(row.id, row.identity, row.instance, bool(row.busy)) if row else None
+
+
+async def holds_leases(conn: AsyncConnection, *, name: str) -> bool:
+    """A worker of this name holds a live lease now."""
+    row = await conn.execute(
+        text(
+            "SELECT 1 FROM workers w JOIN leases l ON l.worker_id = w.id "
+            "WHERE w.name = :name AND l.state = 'live' LIMIT 1"
+        ),
+        {"name": name},
+    )
+    return row.first() is not None
+
+
+async def remove(conn: AsyncConnection, *, worker_id: str) -> None:
+    """Delete a worker row (its ended leases go with it); callers check it holds none live."""
+    await conn.execute(text("DELETE FROM workers WHERE id = :id"), {"id": worker_id})
+
+
 async def attach(
     conn: AsyncConnection,
     *,
     name: str,
+    identity: str,
     pool: str,
     instance: str,
     server_id: str,
@@ -35,32 +84,38 @@ async def attach(
     python: str,
     env_digest: str,
     version: str,
-) -> tuple[WorkerRecord, str | None]:
-    """Insert or refresh the worker named `name`; returns it and its previous instance (or None)."""
+) -> WorkerRecord | None:
+    """Insert or refresh the worker named `name` as `identity`'s.
+
+    The caller has checked (holder(), in this transaction) that the name is free or this
+    identity's. None when another transaction inserted the name first.
+    """
     row = (
         await conn.execute(
             text(
                 """
-                WITH prev AS (SELECT instance FROM workers WHERE name = :name FOR UPDATE)
-                INSERT INTO workers AS w (id, name, pool, instance, server_id, labels, tenants,
-                    parallel, host, python, env_digest, version, liveness, attached_at,
+                INSERT INTO workers AS w (id, name, identity, pool, instance, server_id, labels,
+                    tenants, parallel, host, python, env_digest, version, liveness, attached_at,
                     last_seen_at)
-                VALUES (:id, :name, :pool, :instance, :server, :labels, :tenants, :parallel,
-                    CAST(:host AS jsonb), :python, :env_digest, :version, 'ok',
+                VALUES (:id, :name, :identity, :pool, :instance, :server, :labels, :tenants,
+                    :parallel, CAST(:host AS jsonb), :python, :env_digest, :version, 'ok',
                     clock_timestamp(), clock_timestamp())
-                ON CONFLICT (name) DO UPDATE SET pool = EXCLUDED.pool,
+                ON CONFLICT (name) DO UPDATE SET identity = EXCLUDED.identity,
+                    pool = EXCLUDED.pool,
                     instance = EXCLUDED.instance, server_id = EXCLUDED.server_id,
                     labels = EXCLUDED.labels, tenants = EXCLUDED.tenants,
                     parallel = EXCLUDED.parallel, host = EXCLUDED.host,
                     python = EXCLUDED.python, env_digest = EXCLUDED.env_digest,
                     version = EXCLUDED.version, liveness = 'ok',
                     attached_at = clock_timestamp(), last_seen_at = clock_timestamp()
-                RETURNING w.id, (SELECT instance FROM prev) AS previous
+                WHERE w.identity = EXCLUDED.identity OR w.identity = ''
+                RETURNING w.id
                 """
             ),
             {
                 "id": str(uuid.uuid4()),
                 "name": name,
+                "identity": identity,
                 "pool": pool,
                 "instance": instance,
                 "server": server_id,
@@ -73,10 +128,10 @@ async def attach(
                 "version": version,
             },
         )
-    ).one()
-    worker = await get(conn, name=name)
-    assert worker is not None  # just written in this transaction
-    return worker, row.previous
+    ).one_or_none()
+    if row is None:
+        return None
+    return await get(conn, name=name)
 
 
 async def get(conn: AsyncConnection, *, name: str) -> WorkerRecord | None:
