@@ -124,11 +124,23 @@ def resolve(
             )
         # A worker rule with tenants admits a tenant's own machines: they serve only those.
         return Caller(
-            Kind.WORKER, name, Role.WORKER, rule.tenants_of(claims), identity=rule.identity
+            Kind.WORKER, name, Role.WORKER, _tenants(rule, claims), identity=rule.identity
         )
     name = claims.first_present(name_claims)
     if not name:
         raise Forbidden(f"a {rule.kind} rule matched but no claim names the caller")
     if rule.role is None:  # unreachable with a validated config; a bad table refuses, not grants
         raise Forbidden("the matching rule grants no role")
-    return Caller(rule.kind, name, rule.role, rule.tenants_of(claims))
+    return Caller(rule.kind, name, rule.role, _tenants(rule, claims))
+
+
+def _tenants(rule: Rule, claims: Claims) -> frozenset[str]:
+    """The tenants a matched rule grants; Forbidden when a tenant's rule grants none.
+
+    Security: no tenants means every tenant (a fleet-wide operator or worker), so a rule that
+    names tenants, or takes them from a claim, and yields none must refuse, never widen.
+    """
+    tenants = rule.tenants_of(claims)
+    if rule.scoped and not tenants:
+        raise Forbidden("the matching rule grants tenants, but none from these claims")
+    return tenants

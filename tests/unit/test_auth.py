@@ -201,3 +201,23 @@ class TestWorkerNames:
         assert len(identities) == len(self.RULES)
         again = rules.Rule(when={"principal": "berth-workers"}, kind=Kind.WORKER)
         assert again.identity == self.RULES[-1].identity
+
+
+class TestTenantRulesNeverWiden:
+    @pytest.mark.parametrize("kind", [Kind.HUMAN, Kind.WORKER])
+    def test_a_tenant_rule_yielding_no_tenant_refuses(self, kind):
+        """A rule taking tenants from a claim that holds none refuses, rather than granting
+        every tenant (an empty set is fleet-wide for an operator or a worker)."""
+        rule = rules.Rule(
+            when={"groups": "*"},
+            kind=kind,
+            role=None if kind is Kind.WORKER else Role.OPERATOR,
+            tenants_from="groups",
+            tenant_prefix="team-",
+        )
+        claims = rules.Claims.from_headers({"groups": "staff", "user": "eve"})
+        with pytest.raises(Forbidden, match="none from these claims"):
+            rules.resolve(claims, [rule], name_claims=["user"], worker_name="eve")
+        granted = rules.Claims.from_headers({"groups": "staff,team-ml", "user": "eve"})
+        caller = rules.resolve(granted, [rule], name_claims=["user"], worker_name="eve")
+        assert caller.tenants == frozenset({"ml"})
