@@ -214,6 +214,7 @@ class TestTenantRulesNeverWiden:
             role=None if kind is Kind.WORKER else Role.OPERATOR,
             tenants_from="groups",
             tenant_prefix="team-",
+            names="eve*" if kind is Kind.WORKER else "",
         )
         claims = rules.Claims.from_headers({"groups": "staff", "user": "eve"})
         with pytest.raises(Forbidden, match="none from these claims"):
