@@ -41,6 +41,11 @@ class Caller:
     def all_tenants(self) -> bool:
         return self.role is Role.ADMIN
 
+    @property
+    def fleet_wide(self) -> bool:
+        """An admin, or an operator bound to no tenant: it acts on what serves every tenant."""
+        return self.role is Role.ADMIN or (self.role is Role.OPERATOR and not self.tenants)
+
     def sees(self, tenant: str) -> bool:
         return self.all_tenants or tenant in self.tenants
 

@@ -79,7 +79,8 @@ class Provision(Loop):
         compute = pool.provisioner.compute
         cached = self._providers.get(name)
         if cached is None or cached[0] != compute:
-            cached = (compute, open_provider(compute, home=self._home))
+            provider = open_provider(compute, home=self._home, secret_key=self._secret_key)
+            cached = (compute, provider)
             self._providers[name] = cached
         return cached[1]
 

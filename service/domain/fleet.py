@@ -1,4 +1,10 @@
-"""The fleet as people see it: workers with why they get no lease, pools, status; drain and co."""
+"""The fleet as people see it: workers with why they get no lease, pools, status; drain and co.
+
+Tenants see the fleet through their own tenants (SPEC section 8): a caller bound to tenants is
+shown the fleet-wide workers and those serving one of its tenants, with no tenant named but its
+own, and changes the state only of workers that serve its tenants alone. A fleet-wide caller (an
+admin, or an operator bound to no tenant) sees and changes all of it.
+"""
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -6,7 +12,7 @@ from typing import Any
 
 from service.auth.callers import Caller
 from service.core import placement
-from service.core.errors import Invalid, NotFound
+from service.core.errors import Forbidden, Invalid, NotFound
 from service.core.placement import HostSample, PoolSpec, WorkerView
 from service.core.states import Liveness, WorkerState, shown_worker_state
 from service.db.engine import Database
@@ -62,6 +68,25 @@ class WorkerRow:
     no_lease: str
     used: dict[str, int]
     slots: dict[str, int]
+    tenants: list[str]  # those of its tenants the caller may see named ([]: it serves every one)
+
+
+def named_for(caller: Caller) -> frozenset[str] | None:
+    """The tenants whose names `caller` may see in fleet listings; None: every tenant."""
+    return None if caller.fleet_wide else caller.tenants
+
+
+def shown_tenants(named: frozenset[str] | None, tenants: Sequence[str]) -> list[str] | None:
+    """A worker's tenants as a caller who may see `named` is shown them; None: not shown.
+
+    A worker of other tenants only is a private machine of theirs: it is not listed at all,
+    so its name and its tenants' stay theirs. One that also serves the caller's tenants shows
+    those only.
+    """
+    if named is None or not tenants:
+        return list(tenants)
+    mine = [t for t in tenants if t in named]
+    return mine or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +99,14 @@ class Starting:
 
 
 async def list_workers(
-    db: Database, pools: Mapping[str, PoolSpec]
+    db: Database, pools: Mapping[str, PoolSpec], caller: Caller
 ) -> tuple[list[WorkerRow], list[Starting]]:
     """Workers with why each gets no lease, and provisioned ones still starting.
 
-    A provisioned worker that ended (drained and stopped, or confirmed gone) is not listed.
+    A provisioned worker that ended (drained and stopped, or confirmed gone) is not listed; nor
+    is a worker of other tenants only, unless `caller` is fleet-wide (see shown_tenants).
     """
+    named = named_for(caller)
     async with db.begin() as conn:
         records = await workers_q.list_all(conn)
         used = await leases_q.live_counts(conn, [w.id for w in records])
@@ -88,7 +115,8 @@ async def list_workers(
         starting = await prov_q.starting_without_worker(conn)
     rows = []
     for w in records:
-        if w.name in ended:
+        tenants = shown_tenants(named, w.tenants)
+        if w.name in ended or tenants is None:
             continue
         view = view_of(w, used.get(w.id, {}))
         pool = pools.get(w.pool)
@@ -107,6 +135,7 @@ async def list_workers(
                 no_lease=placement.no_lease_reason(view, pool, has_job),
                 used=dict(used.get(w.id, {})),
                 slots=dict(pool.slots) if pool else {},
+                tenants=tenants,
             )
         )
     return rows, [Starting(r["name"], r["pool"], r["age"]) for r in starting]
@@ -115,14 +144,39 @@ async def list_workers(
 async def set_state(
     db: Database, caller: Caller, *, name: str, state: WorkerState, request_id: str = ""
 ) -> WorkerRecord:
-    """Drain, disable or enable a worker; the server holding its socket is told."""
+    """Drain, disable or enable a worker; the server holding its socket is told.
+
+    Security: a tenant's operator changes only its tenants' own machines (check_may_change).
+    """
     async with db.begin() as conn:
+        tenants = await workers_q.tenants_for_update(conn, name=name)
+        if tenants is None:
+            raise NotFound(f"no worker named {name!r}")
+        check_may_change(caller, name, tenants)
         worker = await workers_q.set_state(conn, name=name, state=str(state))
         if worker is None:
             raise NotFound(f"no worker named {name!r}")
         await workers_q.notify(conn, {"op": "state", "worker": name, "state": str(state)})
         await audit.record(conn, caller, f"worker.{_verb(state)}", name, request_id=request_id)
     return worker
+
+
+def check_may_change(caller: Caller, name: str, tenants: Sequence[str]) -> None:
+    """Return when `caller` may drain, disable or enable the worker serving `tenants`.
+
+    SPEC section 8: draining or disabling a worker that serves other tenants needs an admin or
+    a fleet-wide operator, or one tenant's operator could stop every tenant's work. A worker of
+    other tenants only is answered as one that does not exist, as listings hide it.
+    """
+    if caller.fleet_wide:
+        return
+    if shown_tenants(caller.tenants, tenants) is None:
+        raise NotFound(f"no worker named {name!r}")
+    needs = "only an admin or a fleet-wide operator (one bound to no tenant) may change its state"
+    if not tenants:
+        raise Forbidden(f"worker {name!r} serves every tenant (a fleet-wide worker): {needs}")
+    if not set(tenants) <= caller.tenants:
+        raise Forbidden(f"worker {name!r} also serves tenants that are not yours: {needs}")
 
 
 def _verb(state: WorkerState) -> str:
@@ -143,10 +197,11 @@ def parse_state(verb: str) -> WorkerState:
 async def status(
     db: Database, in_force: InForce, *, tenants: frozenset[str] | None = None
 ) -> dict[str, Any]:
-    """Capacity and queues; per-tenant counts only for the tenants the caller holds.
+    """Capacity and queues; per-tenant counts and limits only of the tenants in `tenants`.
 
-    Pools show the values in force (berth.toml with the limits this server applies), and
-    each limit its berth.toml value, reason, who and when.
+    `tenants`: those the caller may see named (named_for); None: every one. Pools show the
+    values in force (berth.toml with the limits this server applies), and each limit its
+    berth.toml value, reason, who and when.
     """
     async with db.begin() as conn:
         depth = await jobs_q.queue_depth(conn)
@@ -170,8 +225,16 @@ async def status(
         "queued": [{"pool": p, "kind": k, "jobs": n} for p, k, n in depth],
         "running": sum(running.values()),
         "running_by_tenant": {t: n for t, n in running.items() if tenants is None or t in tenants},
-        "limits": in_force.shown(),
+        "limits": [shown for shown in in_force.shown() if _limit_shown(tenants, str(shown["key"]))],
     }
+
+
+def _limit_shown(tenants: frozenset[str] | None, key: str) -> bool:
+    """A limit of one tenant (`tenants.T.KEY`) names it: shown only to those who see T."""
+    if tenants is None or not key.startswith("tenants."):
+        return True
+    tenant = key.removeprefix("tenants.").rpartition(".")[0]
+    return tenant in tenants or tenant == "default"  # [tenants.default]: every tenant's bound
 
 
 def _provisioner(

@@ -8,15 +8,24 @@ uncommitted changes as `repo.patch`.
 
 Security: the URL is the tenant's choice and git runs as root for the cache, so only network
 transports are allowed (`ext::` runs commands; `file://` would read any repository on this
-machine), unless the worker was started with `--allow-local-repos`. Everything that runs inside
-the job's clone afterwards (bundle, diff) runs as the job's uid: a repository config the job
-wrote (hooks, fsmonitor, diff drivers) never runs as root.
+machine), unless the worker was started with `--allow-local-repos`.
+
+When the job ends its repository is the job's work, and its `.git` too: a config it wrote can
+name commands (`core.fsmonitor`, `core.hooksPath`, filters, diff drivers, `include.path`...),
+and git runs them in whichever repository it works in. So the outputs are never made in the
+job's repository: its refs are read as data, and git works in a fresh repository the worker
+made (see `collect`), which borrows the job's object database (objects are data, never run)
+and reads the job's files as the work tree, as the job's uid, with no configuration but ours.
 """
 
 import asyncio
 import contextlib
 import hashlib
 import os
+import re
+import shutil
+import stat
+import tempfile
 from pathlib import Path
 
 from service.worker.artifacts import hand_over
@@ -75,7 +84,8 @@ async def _run(
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        preexec_fn=become(user.uid, user.gid) if user is not None else None,
+        # A worker that is not root runs git as itself: it could not drop to another user.
+        preexec_fn=become(user.uid, user.gid) if user and user.uid != os.geteuid() else None,
     )
     assert proc.stdout is not None
     assert proc.stderr is not None
@@ -144,27 +154,106 @@ async def clone(
     return base
 
 
+# What git may read while it makes a job's outputs: the fresh repository's own (empty) config
+# and these (command-line scope, given in the environment), nothing of the machine's, the
+# worker's or the job's. Most are off in that config already; they are named again so that no
+# default of a newer git turns one on.
+_COLLECT_CONFIG = {
+    "core.fsmonitor": "false",
+    "core.hooksPath": "/dev/null",  # no hook: `git add` runs post-index-change
+    "core.untrackedCache": "false",
+    "core.commitGraph": "false",  # the job wrote the commit graph of its objects: not trusted
+    "core.bare": "false",
+    "submodule.recurse": "false",
+}
+_NO_DRIVERS = ("--no-ext-diff", "--no-textconv")
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+MAX_REF_FILE = 4096
+MAX_PACKED_REFS = 64 << 20
+MAX_BRANCHES = 10_000
+_BAD_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock(?:/|\Z)|\.\Z|/\Z")
+
+
+def _collect_env(gitdir: Path | None = None, worktree: Path | None = None) -> dict[str, str]:
+    """The environment of git over the job's files: no system, global or XDG config."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": "/nonexistent",  # no ~/.gitconfig, ~/.config/git/{config,attributes,ignore}
+        "XDG_CONFIG_HOME": "/nonexistent",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ALLOW_PROTOCOL": "",  # no transport at all
+        "GIT_NO_LAZY_FETCH": "1",  # a missing object is an error, never a fetch
+        "GIT_NO_REPLACE_OBJECTS": "1",
+        "GIT_OPTIONAL_LOCKS": "0",
+        "GIT_CONFIG_COUNT": str(len(_COLLECT_CONFIG)),
+    }
+    for i, (key, value) in enumerate(_COLLECT_CONFIG.items()):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    if gitdir is not None and worktree is not None:
+        env["GIT_DIR"] = str(gitdir)
+        env["GIT_WORK_TREE"] = str(worktree)
+    return env
+
+
 async def collect(repo: Path, base: str, outdir: Path, user: JobUser, workdir: Path) -> None:
-    """As the job's user: its new commits as outdir/repo.bundle, its changes as repo.patch."""
-    env = _env(workdir, allow_local=False) | {"GIT_DIR": str(repo / ".git")}
-    env["GIT_WORK_TREE"] = str(repo)
+    """The job's new commits as outdir/repo.bundle, its changes as outdir/repo.patch.
+
+    Security: nothing the job wrote in its `.git` runs. Its HEAD and branches are read as data
+    (by `_refs`, relative opens without following a link), and git runs, as the job's uid, in a
+    repository made here: our config only (see _collect_env), no hooks,
+    the job's object database as an alternate, the job's folder as the work tree. A filter,
+    diff driver or textconv a `.gitattributes` names is defined nowhere git looks, so none
+    runs; the job's index (which may carry an fsmonitor token) is not read: ours is made from
+    HEAD.
+    """
+    head, branches = await asyncio.to_thread(_refs, repo, len(base))
+    scratch = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=".berth-collect-", dir=workdir))
+    try:
+        await asyncio.to_thread(os.chown, scratch, user.uid, user.gid)
+        init = ["init", "--quiet", "--bare", "--template="]  # no hooks, nothing copied in
+        if len(base) == 64:
+            init.append("--object-format=sha256")
+        await _git(*init, str(scratch), cwd=scratch, env=_collect_env(), user=user)
+        await asyncio.to_thread(_plant, scratch, repo, head, branches)
+        await _outputs(base, outdir, scratch, _collect_env(scratch, repo), user)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, scratch, ignore_errors=True)
+
+
+async def _outputs(
+    base: str, outdir: Path, scratch: Path, env: dict[str, str], user: JobUser
+) -> None:
     # No commit since `base`: git refuses an empty bundle, and there is nothing to keep.
     with contextlib.suppress(RepoError):
         await _git(
             "bundle",
             "create",
+            "--quiet",
             str(outdir / "repo.bundle"),
             "HEAD",
             "--branches",
             "--not",
             base,
-            cwd=repo,
+            cwd=scratch,
             env=env,
             user=user,
         )
-    await _git("add", "--all", cwd=repo, env=env, user=user)
+    await _git("read-tree", "HEAD", cwd=scratch, env=env, user=user)
+    await _git("add", "--all", cwd=scratch, env=env, user=user)
     changed, _, err = await _run(
-        "diff", "--cached", "--quiet", "HEAD", cwd=repo, env=env, user=user
+        "diff",
+        *_NO_DRIVERS,
+        "--cached",
+        "--quiet",
+        "HEAD",
+        cwd=scratch,
+        env=env,
+        user=user,
     )
     if changed not in (0, 1):
         raise RepoError(f"git diff: {err.strip()[-500:]}")
@@ -172,11 +261,134 @@ async def collect(repo: Path, base: str, outdir: Path, user: JobUser, workdir: P
         # Written by the job's user (its folder): the upload walk takes only what it owns.
         await _git(
             "diff",
+            *_NO_DRIVERS,
             "--cached",
             "--binary",
             f"--output={outdir / 'repo.patch'}",
             "HEAD",
-            cwd=repo,
+            cwd=scratch,
             env=env,
             user=user,
         )
+
+
+def _plant(scratch: Path, repo: Path, head: str, branches: dict[str, str]) -> None:
+    """Give our repository the job's objects (as an alternate), branches and HEAD: data only."""
+    lines = "".join(f"{branches[name]} {name}\n" for name in sorted(branches))
+    _write_new(scratch / "packed-refs", lines)
+    _write_new(scratch / "objects" / "info" / "alternates", f"{repo / '.git' / 'objects'}\n")
+    (scratch / "HEAD").unlink()
+    _write_new(scratch / "HEAD", f"ref: {head}\n" if head.startswith("refs/") else f"{head}\n")
+
+
+def _write_new(path: Path, content: str) -> None:
+    # Readable by the job's uid, which runs git here; O_EXCL: never through a planted link.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(content)
+
+
+def _refs(repo: Path, id_length: int) -> tuple[str, dict[str, str]]:
+    """HEAD (a commit id, or the branch it names) and every branch of the job's clone.
+
+    Read as root from folders the job wrote: every open is relative to its parent's fd with
+    O_NOFOLLOW, only regular files are read, and sizes and counts are bounded. Loose refs win
+    over packed ones, as in git; a name git would refuse is skipped.
+    """
+    ident = re.compile(rf"\A[0-9a-f]{{{id_length}}}\Z")
+    try:
+        repo_fd = os.open(repo, _DIR)
+    except OSError as exc:
+        raise RepoError(f"the job's repository is gone ({exc.strerror})") from None
+    try:
+        try:
+            git_fd = os.open(".git", _DIR, dir_fd=repo_fd)
+        except OSError:
+            raise RepoError("the job's repository has no .git folder any more") from None
+        try:
+            branches = _packed(_read(git_fd, "packed-refs", MAX_PACKED_REFS) or b"", ident)
+            with contextlib.suppress(OSError):
+                refs_fd = os.open("refs", _DIR, dir_fd=git_fd)
+                try:
+                    heads_fd = os.open("heads", _DIR, dir_fd=refs_fd)
+                finally:
+                    os.close(refs_fd)
+                try:
+                    _loose(heads_fd, "refs/heads/", branches, ident, depth=0)
+                finally:
+                    os.close(heads_fd)
+            head = (_read(git_fd, "HEAD", MAX_REF_FILE) or b"").decode(errors="replace").strip()
+        finally:
+            os.close(git_fd)
+    finally:
+        os.close(repo_fd)
+    if head.startswith("ref: "):
+        head = head.removeprefix("ref: ").strip()
+        if head not in branches:
+            raise RepoError(f"the job's repository HEAD names {head[:200]!r}, not a branch")
+    elif not ident.match(head):
+        raise RepoError("the job's repository HEAD is neither a commit id nor a branch")
+    return head, branches
+
+
+def _packed(data: bytes, ident: re.Pattern[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for line in data.decode(errors="replace").splitlines():
+        value, _, name = line.partition(" ")
+        if ident.match(value) and name.startswith("refs/heads/") and _ref_name_ok(name):
+            found[name] = value
+            if len(found) > MAX_BRANCHES:
+                raise RepoError(f"the job's repository has more than {MAX_BRANCHES} branches")
+    return found
+
+
+def _loose(
+    dir_fd: int, prefix: str, found: dict[str, str], ident: re.Pattern[str], depth: int
+) -> None:
+    if depth > 32:
+        return
+    for name in sorted(os.listdir(dir_fd)):
+        ref = prefix + name
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                sub = os.open(name, _DIR, dir_fd=dir_fd)
+            except OSError:
+                continue
+            try:
+                _loose(sub, ref + "/", found, ident, depth + 1)
+            finally:
+                os.close(sub)
+        elif stat.S_ISREG(st.st_mode) and _ref_name_ok(ref):
+            value = (_read(dir_fd, name, MAX_REF_FILE) or b"").decode(errors="replace").strip()
+            if ident.match(value):  # a symbolic ref among the branches is not followed
+                found[ref] = value
+                if len(found) > MAX_BRANCHES:
+                    raise RepoError(f"the job's repository has more than {MAX_BRANCHES} branches")
+
+
+def _read(dir_fd: int, name: str, limit: int) -> bytes | None:
+    """A regular file's bytes; None when it is absent, a link or not a regular file."""
+    try:
+        fd = os.open(name, _FILE, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = bytearray()
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+            if len(data) > limit:
+                raise RepoError(f"the job's repository has a {name} larger than {limit} bytes")
+        return bytes(data)
+    finally:
+        os.close(fd)
+
+
+def _ref_name_ok(name: str) -> bool:
+    """A branch name git accepts (check-ref-format's rules, more or less strictly)."""
+    return not _BAD_REF.search(name) and not any(part.startswith(".") for part in name.split("/"))

@@ -424,6 +424,68 @@ class TestRepo:
         assert log[:2] == ["from the job", "first"]
         assert "+three" in (out / "repo.patch").read_text()
 
+    def test_the_jobs_git_config_does_not_run_when_its_outputs_are_collected(
+        self, server_factory, worker_factory, tmp_path
+    ):
+        """A job that leaves core.fsmonitor, a hook and a clean filter naming a script that
+        writes into $BERTH_OUTPUT: nothing runs it after the job, under the job's uid or any
+        other, and its commit and edit still come back."""
+        origin = tmp_path / "origin"
+        git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+        subprocess.run(["git", "init", "-q", "-b", "main", str(origin)], check=True)
+        (origin / "README").write_text("one\n")
+        subprocess.run([*git, "-C", str(origin), "add", "README"], check=True)
+        subprocess.run([*git, "-C", str(origin), "commit", "-qm", "first"], check=True)
+        s = server_factory(GPU, builtin_worker=False)
+        remote(s, worker_factory, "--allow-local-repos")
+        script = textwrap.dedent(
+            """
+            cd repo
+            echo two >> README
+            git -c user.email=job@example.com -c user.name=job commit -qam "from the job"
+            echo three >> README
+            evil="$HOME/evil.sh"
+            printf '#!/bin/sh\\necho "$0 $*" >> %s/marker\\ncat\\n' "$BERTH_OUTPUT" > "$evil"
+            chmod +x "$evil"
+            git config core.fsmonitor "$evil"
+            cp "$evil" .git/hooks/post-index-change
+            git config core.hooksPath "$PWD/.git/hooks"
+            git config filter.evil.clean "$evil clean"
+            echo '* filter=evil' > .gitattributes
+            """
+        )
+        r = s.cli(
+            "job",
+            "submit",
+            "--wait",
+            "--pool",
+            "gpu",
+            "--repo",
+            f"{origin}@main",
+            "--",
+            "sh",
+            "-c",
+            script,
+        )
+        assert r.code == 0, r.err
+        job = s.api("GET", "/api/v1/jobs", params={"limit": 1}).json()[0]["id"]
+        out = tmp_path / "back"
+        assert s.cli("job", "fetch", str(job), str(out)).code == 0
+        assert {p.name for p in out.iterdir()} == {"repo.bundle", "repo.patch"}
+        subprocess.run(
+            ["git", "-C", str(origin), "fetch", "-q", str(out / "repo.bundle"), "HEAD:from-job"],
+            check=True,
+        )
+        log = subprocess.run(
+            ["git", "-C", str(origin), "log", "--format=%s", "from-job"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+        assert log == ["from the job", "first"]
+        patch = (out / "repo.patch").read_text()
+        assert "+three" in patch and "+* filter=evil" in patch
+
     def test_a_local_path_is_refused_without_the_workers_consent(
         self, server_factory, worker_factory, tmp_path
     ):

@@ -2,6 +2,7 @@
 drain and stop real `berth worker` processes as jobs wait (SPEC section 8)."""
 
 import json
+import shutil
 import signal
 import time
 
@@ -138,6 +139,9 @@ class TestLeaderDeath:
         urls = ",".join(f"http://127.0.0.1:{p}" for p in ports)
         cfg = merge(config(), {"network": {"url": urls}})
         a = server_factory(cfg, builtin_worker=False, name="a", port=ports[0])
+        # One installation, one secret key (README): b proves a's workers its own with it.
+        (tmp_path / "b").mkdir()
+        shutil.copyfile(tmp_path / "a" / "secret.key", tmp_path / "b" / "secret.key")
         b = server_factory(cfg, builtin_worker=False, name="b", port=ports[1])
         assert "leader_acquired" in a.log()
         ids = submit(b, 12, 1.0)

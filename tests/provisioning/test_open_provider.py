@@ -13,17 +13,21 @@ from service.provisioning.providers.kubernetes import KubernetesProvider
 from service.provisioning.providers.modal import ModalProvider
 from service.provisioning.providers.process import ProcessProvider
 
+KEY = b"k" * 32
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 class TestOpenProvider:
     def test_each_provider_by_name(self, tmp_path):
         """Each compute.provider value gives its provider."""
-        assert isinstance(open_provider(Compute(), home=tmp_path), ProcessProvider)
+        assert isinstance(open_provider(Compute(), home=tmp_path, secret_key=KEY), ProcessProvider)
         kubernetes = Compute(provider="kubernetes", image="berth:dev")
-        assert isinstance(open_provider(kubernetes, home=tmp_path), KubernetesProvider)
+        assert isinstance(
+            open_provider(kubernetes, home=tmp_path, secret_key=KEY), KubernetesProvider
+        )
         modal = Compute(provider="modal", image="berth:dev")
-        assert isinstance(open_provider(modal, home=tmp_path), ModalProvider)
+        assert isinstance(open_provider(modal, home=tmp_path, secret_key=KEY), ModalProvider)
 
     @pytest.mark.parametrize(
         ("provider", "library"), [("kubernetes", "kubernetes_asyncio"), ("modal", "modal")]
@@ -32,7 +36,9 @@ class TestOpenProvider:
         """Without the client library: one line naming the package and the extra to install."""
         monkeypatch.setitem(sys.modules, library, None)  # makes `import library` fail
         with pytest.raises(ProviderError) as missing:
-            open_provider(Compute(provider=provider, image="berth:dev"), home=tmp_path)
+            open_provider(
+                Compute(provider=provider, image="berth:dev"), home=tmp_path, secret_key=KEY
+            )
         message = str(missing.value)
         assert "\n" not in message
         assert f"pip install 'berth[{provider}]'" in message
@@ -43,7 +49,7 @@ class TestOpenProvider:
         script = (
             "import sys; from pathlib import Path; from service.config import Compute; "
             "from service.provisioning.providers import open_provider; "
-            f"open_provider(Compute(), home=Path({str(tmp_path)!r})); "
+            f'open_provider(Compute(), home=Path({str(tmp_path)!r}), secret_key=b"k"); '
             "print(sorted(m for m in ('kubernetes_asyncio', 'modal', 'aiohttp') if m in sys.modules))"
         )
         out = subprocess.run(

@@ -17,12 +17,20 @@ import psutil
 import pytest
 
 from service.provisioning.providers.base import InstanceState, ProviderError, WorkerSpec
-from service.provisioning.providers.process import MARKER, ProcessProvider, marker
+from service.provisioning.providers.process import (
+    MARKER,
+    PROOF_ENV,
+    ProcessProvider,
+    marker,
+    proof,
+    proof_key,
+)
 from tests.provisioning.conditions import eventually
 
 STANDIN = Path(__file__).with_name("standin_worker.py")
 COMMAND = (sys.executable, str(STANDIN))
 ROOT = Path(__file__).resolve().parents[2]
+KEY = b"the installation's secret key...."  # what every server of the installation holds
 
 
 @pytest.fixture
@@ -44,7 +52,7 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def provider(home: Path, installation: str):
-    made = ProcessProvider(home, command=COMMAND, grace=5.0)
+    made = ProcessProvider(home, secret_key=KEY, command=COMMAND, grace=5.0)
     yield made
     # Whatever a test left running, including workers another provider object started.
     for instance in await made.list(installation=installation):
@@ -111,7 +119,7 @@ class TestStartAndList:
             b.name: await started(provider, b, ready),
         }
 
-        leader = ProcessProvider(tmp_path / "another-home", command=COMMAND)
+        leader = ProcessProvider(tmp_path / "another-home", secret_key=KEY, command=COMMAND)
         listed = {i.name: i for i in await leader.list(installation=installation)}
         assert {name: int(i.provider_id) for name, i in listed.items()} == pids
         assert {i.state for i in listed.values()} == {InstanceState.RUNNING}
@@ -174,7 +182,7 @@ class TestStartAndList:
 
         instance = await eventually(failed, what="the crash to be seen")
         assert instance.detail == "exited with code 3"
-        leader = ProcessProvider(tmp_path / "other", command=COMMAND)
+        leader = ProcessProvider(tmp_path / "other", secret_key=KEY, command=COMMAND)
         assert await leader.list(installation=installation) == []
         await provider.stop(worker.name)  # forgets it
         assert await provider.list(installation=installation) == []
@@ -204,7 +212,7 @@ class TestStartAndList:
         (instance,) = await eventually(not_running, what="the killed worker to leave RUNNING")
         assert instance.state is InstanceState.FAILED
         assert instance.detail == "killed by SIGKILL"
-        leader = ProcessProvider(tmp_path / "other", command=COMMAND)
+        leader = ProcessProvider(tmp_path / "other", secret_key=KEY, command=COMMAND)
         assert await leader.list(installation=installation) == []
 
 
@@ -224,7 +232,7 @@ class TestStop:
         self, home, installation, ready
     ):
         """A worker that ignores SIGTERM gets SIGKILL once the grace has passed, not before."""
-        provider = ProcessProvider(home, command=COMMAND, grace=0.5)
+        provider = ProcessProvider(home, secret_key=KEY, command=COMMAND, grace=0.5)
         worker = spec(installation, ready, STANDIN_IGNORE_TERM="1")
         pid = await started(provider, worker, ready)
         began = time.monotonic()
@@ -262,7 +270,9 @@ class TestEnvironment:
         monkeypatch.setenv("BERTH_CONFIG_JSON", '{"database": {"url": "x"}}')
         monkeypatch.setenv("BERTH_HOME", "/srv/berth")
         monkeypatch.setenv("KEPT_FROM_SERVER", "yes")
-        provider = ProcessProvider(home, command=COMMAND, env={"POOL_ENV": "pool", "BOTH": "pool"})
+        provider = ProcessProvider(
+            home, secret_key=KEY, command=COMMAND, env={"POOL_ENV": "pool", "BOTH": "pool"}
+        )
         worker = WorkerSpec(
             name=f"w-{uuid.uuid4().hex[:8]}",
             pool="cpu",
@@ -277,6 +287,7 @@ class TestEnvironment:
             assert {k for k in env if k.startswith("BERTH_")} == {
                 "BERTH_SERVER",
                 "BERTH_JOIN_TOKEN",
+                PROOF_ENV,  # the provider's own, last: see TestForgery
             }
             assert env["KEPT_FROM_SERVER"] == "yes"
             assert env["POOL_ENV"] == "pool"
@@ -292,8 +303,10 @@ from service.provisioning.providers.base import WorkerSpec
 from service.provisioning.providers.process import ProcessProvider
 
 async def main():
-    home, standin, installation, name, ready = sys.argv[1:]
-    provider = ProcessProvider(Path(home), command=(sys.executable, standin))
+    home, standin, installation, name, ready, key = sys.argv[1:]
+    provider = ProcessProvider(
+        Path(home), secret_key=key.encode(), command=(sys.executable, standin)
+    )
     spec = WorkerSpec(name=name, pool="cpu", installation=installation, argv=("worker",),
                       env={"STANDIN_READY": ready})
     instance = await provider.start(spec)
@@ -327,6 +340,7 @@ class TestSession:
                 installation,
                 name,
                 str(ready),
+                KEY.decode(),
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -348,3 +362,58 @@ class TestSession:
         assert instance.state is InstanceState.RUNNING
         await provider.stop(name)
         assert not alive(pid)
+
+
+class TestForgery:
+    async def test_a_copy_of_a_workers_command_line_is_never_taken_for_it(
+        self, provider, installation, ready, tmp_path
+    ):
+        """Processes with a worker's exact argv, or the marker of a name never started (what
+        any local process can read and copy), are not listed, not adopted by another leader,
+        not returned by start, and not signalled by stop; nor is a process of another uid,
+        even with the right proof in its environment."""
+        worker = spec(installation, ready)
+        pid = await started(provider, worker, ready)
+        argv = psutil.Process(pid).cmdline()
+        label = marker(installation, "cpu", "ghost")
+        ghost = [*argv[:-1], label]
+        forged_env = {"STANDIN_READY": str(ready), "PATH": os.environ["PATH"]}
+        forgers = [
+            subprocess.Popen(argv, env=forged_env),
+            subprocess.Popen(ghost, env={**forged_env, PROOF_ENV: "0" * 64}),
+            subprocess.Popen(  # the right proof, but not the server's user (as a job's uid)
+                ["/bin/sh", "-c", "read line", "sh", MARKER, label],
+                stdin=subprocess.PIPE,
+                env={PROOF_ENV: proof(proof_key(KEY), label)},
+                user=65534,
+                group=65534,
+                extra_groups=[],
+            ),
+        ]
+        try:
+            for forger in forgers[:2]:
+                await eventually((ready / str(forger.pid)).exists, what="a forger ready")
+            assert psutil.Process(forgers[2].pid).cmdline()[-2:] == [MARKER, label]
+            forged = {f.pid for f in forgers}
+
+            listed = await provider.list(installation=installation)
+            assert [(i.name, i.provider_id) for i in listed] == [(worker.name, str(pid))]
+            leader = ProcessProvider(tmp_path / "leader", secret_key=KEY, command=COMMAND)
+            listed = await leader.list(installation=installation)
+            assert [(i.name, i.provider_id) for i in listed] == [(worker.name, str(pid))]
+
+            again = await leader.start(worker)
+            assert again.provider_id == str(pid)
+            fresh = await leader.start(spec(installation, ready, name="ghost"))
+            assert int(fresh.provider_id) not in forged
+            await eventually((ready / fresh.provider_id).exists, what="the real ghost ready")
+
+            await leader.stop("ghost")
+            await provider.stop(worker.name)
+            assert not alive(int(fresh.provider_id)) and not alive(pid)
+            assert all(forger.poll() is None for forger in forgers)
+            assert await leader.list(installation=installation) == []
+        finally:
+            for forger in forgers:
+                forger.kill()
+                forger.wait()

@@ -168,3 +168,91 @@ class TestRepos:
         await repos.collect(repo, base, out, user, tmp_path / "work")
         assert not (out / "repo.bundle").exists()  # no commit since base
         assert (out / "repo.patch").stat().st_size > 1_000_000
+
+    async def test_the_jobs_git_config_and_hooks_never_run_at_collection(self, tmp_path):
+        """A job's repository config (fsmonitor, hooks, filters, diff drivers, includes, a
+        ~/.gitconfig in its folder) names a script that leaves a mark: collecting its outputs
+        runs none of it, and the bundle and the patch are still its commit and its edits."""
+        origin = tmp_path / "origin"
+        git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+        subprocess.run(["git", "init", "-q", "-b", "main", str(origin)], check=True)
+        (origin / "f").write_text("one\n")
+        (origin / "gone").write_text("bye\n")
+        subprocess.run([*git, "-C", str(origin), "add", "f", "gone"], check=True)
+        subprocess.run([*git, "-C", str(origin), "commit", "-qm", "first"], check=True)
+        user = JobUser(ME, os.getgid(), "me", isolated=False)
+        work = tmp_path / "work"
+        repo = work / "repo"
+        base = await repos.clone(tmp_path / "cache", str(origin), repo, user, allow_local=True)
+        # What the job does: a commit on a branch of its own, then edits left uncommitted.
+        subprocess.run([*git, "-C", str(repo), "checkout", "-qb", "topic"], check=True)
+        (repo / "f").write_text("one\ntwo\n")
+        subprocess.run([*git, "-C", str(repo), "commit", "-qam", "from the job"], check=True)
+        (repo / "f").write_text("one\ntwo\nthree\n")
+        (repo / "new.txt").write_text("new\n")
+        (repo / "gone").unlink()
+        # ...and what it leaves for whoever runs git there next.
+        marks = tmp_path / "marks"
+        evil = tmp_path / "evil.sh"
+        evil.write_text(f'#!/bin/sh\necho "$0 $*" >> {marks}\ncat\n')
+        evil.chmod(0o755)
+        hooks = repo / ".git" / "hooks"
+        for hook in ("post-index-change", "pre-commit", "post-checkout", "reference-transaction"):
+            (hooks / hook).write_text(evil.read_text())
+            (hooks / hook).chmod(0o755)
+        config = "\n".join(
+            [
+                "[core]",
+                f"\tfsmonitor = {evil}",
+                f"\thooksPath = {hooks}",
+                f"\tsshCommand = {evil}",
+                f"\tpager = {evil}",
+                "\tcommitGraph = true",
+                '[filter "evil"]',
+                f"\tclean = {evil} clean",
+                f"\tsmudge = {evil} smudge",
+                f"\tprocess = {evil} process",
+                "\trequired = true",
+                '[diff "evil"]',
+                f"\tcommand = {evil} driver",
+                f"\ttextconv = {evil} textconv",
+                "[diff]",
+                f"\texternal = {evil} external",
+                "[include]",
+                f"\tpath = {tmp_path / 'more.config'}",
+                "",
+            ]
+        )
+        with (repo / ".git" / "config").open("a") as f:
+            f.write(config)
+        (tmp_path / "more.config").write_text(f"[core]\n\tfsmonitor = {evil}\n")
+        (work / ".gitconfig").write_text(config)  # $HOME of the job, and of git as it ran
+        (repo / ".gitattributes").write_text("* filter=evil diff=evil\n")
+        (repo / ".git" / "info" / "attributes").write_text("* filter=evil diff=evil\n")
+        out = work / "output"
+        out.mkdir()
+
+        await repos.collect(repo, base, out, user, work)
+
+        assert not marks.exists(), marks.read_text()
+        assert sorted(p.name for p in work.iterdir()) == [".gitconfig", "output", "repo"]
+        subprocess.run(
+            ["git", "-C", str(origin), "fetch", "-q", str(out / "repo.bundle"), "topic:topic"],
+            check=True,
+        )
+        log = subprocess.run(
+            ["git", "-C", str(origin), "log", "--format=%s", "topic"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+        assert log == ["from the job", "first"]
+        # The patch takes a checkout of the job's commit to exactly the files it left.
+        check = tmp_path / "check"
+        subprocess.run(["git", "clone", "-q", "-b", "topic", str(origin), str(check)], check=True)
+        subprocess.run(["git", "-C", str(check), "apply", str(out / "repo.patch")], check=True)
+        assert (check / "f").read_text() == "one\ntwo\nthree\n"
+        assert (check / "new.txt").read_text() == "new\n"
+        assert not (check / "gone").exists()
+        assert (check / ".gitattributes").read_text() == "* filter=evil diff=evil\n"
+        assert not marks.exists()

@@ -18,7 +18,7 @@ def worker_json(row: fleet.WorkerRow) -> dict[str, Any]:
         "pool": w.pool,
         "state": row.state,
         "labels": w.labels,
-        "tenants": w.tenants,
+        "tenants": row.tenants,
         "seen_seconds_ago": round(w.seen_seconds_ago, 1),
         "no_lease": row.no_lease,
         "load": host.get("load"),
@@ -38,7 +38,7 @@ def worker_json(row: fleet.WorkerRow) -> dict[str, Any]:
 @get("/api/v1/workers", opt={"perm": Perm.FLEET_READ})
 async def list_workers(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
     rt = runtime_of(request)
-    rows, starting = await fleet.list_workers(rt.db, rt.pools)
+    rows, starting = await fleet.list_workers(rt.db, rt.pools, await identify(request))
     return [worker_json(r) for r in rows] + [starting_json(s, rt) for s in starting]
 
 
@@ -71,7 +71,7 @@ def starting_json(s: fleet.Starting, rt: Any) -> dict[str, Any]:  # noqa: ANN401
 async def set_worker_state(
     request: Request[Any, Any, Any], name: FromPath[str], action: FromPath[str]
 ) -> dict[str, Any]:
-    """Drain | disable | enable."""
+    """Drain | disable | enable; a tenant's operator only its tenants' own workers."""
     rt = runtime_of(request)
     caller = await identify(request)
     state = fleet.parse_state(action)
@@ -93,6 +93,6 @@ async def pools(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
 async def status(request: Request[Any, Any, Any]) -> dict[str, Any]:
     rt = runtime_of(request)
     caller = await identify(request)
-    out = await fleet.status(rt.db, rt.limits, tenants=caller.tenant_filter())
+    out = await fleet.status(rt.db, rt.limits, tenants=fleet.named_for(caller))
     out["server"] = {"id": rt.server_id, "version": rt.version}
     return out

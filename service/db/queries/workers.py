@@ -187,6 +187,16 @@ async def detach(conn: AsyncConnection, *, worker_id: str, server_id: str, gone:
     )
 
 
+async def tenants_for_update(conn: AsyncConnection, *, name: str) -> list[str] | None:
+    """The tenants the worker serves ([]: every one), its row locked; None: no such worker."""
+    row = (
+        await conn.execute(
+            text("SELECT tenants FROM workers WHERE name = :n FOR UPDATE"), {"n": name}
+        )
+    ).one_or_none()
+    return list(row.tenants) if row else None
+
+
 async def set_state(conn: AsyncConnection, *, name: str, state: str) -> WorkerRecord | None:
     row = (
         await conn.execute(

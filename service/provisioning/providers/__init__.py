@@ -18,14 +18,17 @@ _LIBRARIES = {
 }
 
 
-def open_provider(compute: Compute, *, home: Path) -> Provider:
-    """The provider `compute` names; ProviderError when its client library is not installed."""
+def open_provider(compute: Compute, *, home: Path, secret_key: bytes) -> Provider:
+    """The provider `compute` names; ProviderError when its client library is not installed.
+
+    `secret_key`: the installation's; the process provider proves its workers with it.
+    """
     if compute.provider == "process":
         from service.provisioning.providers import process  # noqa: PLC0415  (no extra needed)
 
         env = compute.env if isinstance(compute.env, dict) else None
         command = compute.command if isinstance(compute.command, list) else None
-        return process.ProcessProvider(home, env=env, command=command)
+        return process.ProcessProvider(home, secret_key=secret_key, env=env, command=command)
     library, extra = _LIBRARIES[compute.provider]
     try:
         client = importlib.import_module(library)

@@ -10,11 +10,23 @@ Contract:
 - The labels travel in argv: `--provisioned INSTALLATION/POOL/NAME` (each part percent-encoded),
   so `list` finds workers by scanning the process table, with no state file: the next leader,
   another server process on the same machine, adopts what an old one started.
+- Security: argv is readable by every process of the machine, so a marker proves nothing: a
+  job could run a process with a copy of a worker's command line, to be adopted as that worker
+  (holding its name alive after it died, so its leases wait out the silence window), to take
+  its place when the pool starts that name, or to have a process of its choice (a setuid one,
+  say) and its children signalled as an orphan. A process is this installation's worker only
+  when it also runs as this server's user and its environment holds PROOF_ENV: an HMAC of its
+  labels under a key derived from the installation's secret key (which servers of one
+  installation share). /proc/<pid>/environ is readable only by the process's user and root,
+  and a job's environment never holds it (the worker builds a job's from nothing, never with
+  BERTH_*).
 - Output (stdout and stderr) is appended to `HOME/provisioned/NAME.log`.
 - `stop`: SIGTERM, up to `grace` seconds, then SIGKILL for the worker and what it left running.
 """
 
 import asyncio
+import hashlib
+import hmac
 import os
 import signal
 import subprocess
@@ -30,6 +42,8 @@ import psutil
 from service.provisioning.providers.base import Instance, InstanceState, ProviderError, WorkerSpec
 
 MARKER = "--provisioned"  # the worker flag that carries the labels (`berth worker --provisioned`)
+PROOF_ENV = "BERTH_PROVISIONED_PROOF"  # in the worker's environment: this provider started it
+_PROOF_KEY_INFO = b"berth process provider: proof of a provisioned worker v1"
 _POLL_SECONDS = 0.05  # how often stop looks whether a signalled worker is gone
 _KILL_WAIT_SECONDS = 5.0  # a SIGKILLed process is gone in far less; this only bounds the wait
 
@@ -37,6 +51,16 @@ _KILL_WAIT_SECONDS = 5.0  # a SIGKILLed process is gone in far less; this only b
 def marker(installation: str, pool: str, name: str) -> str:
     """The `--provisioned` value: the three labels, percent-encoded so `/` splits them."""
     return "/".join(quote(part, safe="") for part in (installation, pool, name))
+
+
+def proof_key(secret_key: bytes) -> bytes:
+    """The key proofs are made with, derived from the installation's secret key."""
+    return hmac.new(secret_key, _PROOF_KEY_INFO, hashlib.sha256).digest()
+
+
+def proof(key: bytes, label: str) -> str:
+    """What a worker with the marker value `label` carries in PROOF_ENV."""
+    return hmac.new(key, label.encode(), hashlib.sha256).hexdigest()
 
 
 def worker_env(base: Mapping[str, str], *layers: Mapping[str, str]) -> dict[str, str]:
@@ -49,13 +73,12 @@ def worker_env(base: Mapping[str, str], *layers: Mapping[str, str]) -> dict[str,
 
 @dataclass(frozen=True, slots=True)
 class _Found:
-    """A process in the table that carries a marker."""
+    """A running process in the table that carries a marker, proven ours."""
 
     pid: int
     installation: str
     pool: str
     name: str
-    zombie: bool
 
 
 @dataclass(slots=True)
@@ -67,16 +90,22 @@ class _Child:
 
 
 class ProcessProvider:
-    """Workers as subprocesses of this machine. `command` replaces `python -m service` (tests)."""
+    """Workers as subprocesses of this machine. `command` replaces `python -m service` (tests).
+
+    `secret_key`: the installation's (domain/secrets.load_key); a worker is recognised by a
+    proof made with it, so servers of one installation adopt each other's workers.
+    """
 
     def __init__(
         self,
         home: Path,
         *,
+        secret_key: bytes,
         command: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
         grace: float = 10.0,
     ) -> None:
+        self._key = proof_key(secret_key)
         self._dir = home / "provisioned"
         self._command = tuple(command) if command else (sys.executable, "-m", "service")
         self._env = dict(env or {})
@@ -99,8 +128,8 @@ class ProcessProvider:
         return self._dir / f"{quote(name, safe='')}.log"
 
     def _start(self, spec: WorkerSpec) -> Instance:
-        for found in _scan():
-            if found.name != spec.name or found.zombie:
+        for found in _scan(self._key):
+            if found.name != spec.name:
                 continue
             if found.installation != spec.installation:
                 raise ProviderError(
@@ -108,13 +137,11 @@ class ProcessProvider:
                     f"({found.installation}) runs here as pid {found.pid}"
                 )
             return Instance(spec.name, found.pool, str(found.pid), InstanceState.RUNNING)
-        argv = [
-            *self._command,
-            *spec.argv,
-            MARKER,
-            marker(spec.installation, spec.pool, spec.name),
-        ]
-        env = worker_env(os.environ, self._env, spec.env, spec.secret_env)
+        label = marker(spec.installation, spec.pool, spec.name)
+        argv = [*self._command, *spec.argv, MARKER, label]
+        # Last, so nothing a pool or spec sets can replace it.
+        own = {PROOF_ENV: proof(self._key, label)}
+        env = worker_env(os.environ, self._env, spec.env, spec.secret_env, own)
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
             with self.log_path(spec.name).open("ab") as log:
@@ -136,8 +163,8 @@ class ProcessProvider:
     def _stop(self, name: str) -> None:
         child = self._children.pop(name, None)
         procs: list[psutil.Process] = []
-        for found in _scan():
-            if found.name == name and not found.zombie:
+        for found in _scan(self._key):
+            if found.name == name:
                 try:
                     procs.append(psutil.Process(found.pid))
                 except psutil.NoSuchProcess:
@@ -173,12 +200,12 @@ class ProcessProvider:
                 ended.append(_ended(name, spec.pool, child.popen.pid, code))
         instances: list[Instance] = []
         seen: set[str] = set()
-        for found in _scan():
+        for found in _scan(self._key):
             if found.installation != installation or (pool is not None and found.pool != pool):
                 continue
-            state = InstanceState.STOPPED if found.zombie else InstanceState.RUNNING
-            detail = "exited" if found.zombie else ""
-            instances.append(Instance(found.name, found.pool, str(found.pid), state, detail))
+            instances.append(
+                Instance(found.name, found.pool, str(found.pid), InstanceState.RUNNING)
+            )
             seen.add(found.name)
         return instances + [i for i in ended if i.name not in seen]
 
@@ -194,20 +221,40 @@ def _ended(name: str, pool: str, pid: int, code: int) -> Instance:
     return Instance(name, pool, str(pid), InstanceState.FAILED, detail)
 
 
-def _scan() -> list[_Found]:
-    """Every process whose argv carries a well-formed marker."""
+def _scan(key: bytes) -> list[_Found]:
+    """Every process whose argv carries a well-formed marker, proven ours (see the contract)."""
     found: list[_Found] = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
+    me = os.geteuid()
+    for proc in psutil.process_iter(["cmdline", "status", "uids"]):
         cmdline = proc.info.get("cmdline") or []  # None: not ours to read, or already gone
-        labels = _labels(cmdline)
-        if labels is None:
+        label = _label(cmdline)
+        if label is None:
             continue
-        zombie = proc.info.get("status") == psutil.STATUS_ZOMBIE
-        found.append(_Found(proc.pid, *labels, zombie=zombie))
+        uids = proc.info.get("uids")
+        # Security: a worker runs as this server's user, unchanged; a process of a job's uid,
+        # or a setuid program a job ran, is not one whatever its argv says.
+        if uids is None or uids.real != me or uids.effective != me:
+            continue
+        # A zombie's environment is gone: unproven, it is not listed (a child of this provider
+        # object is reported from its exit code instead).
+        if proc.info.get("status") == psutil.STATUS_ZOMBIE or not _proven(proc, key, label):
+            continue
+        installation, pool, name = (unquote(part) for part in label.split("/"))
+        found.append(_Found(proc.pid, installation, pool, name))
     return found
 
 
-def _labels(cmdline: Sequence[str]) -> tuple[str, str, str] | None:
+def _proven(proc: psutil.Process, key: bytes, label: str) -> bool:
+    """Whether the process's environment holds the proof for `label` (never its argv)."""
+    try:
+        shown = proc.environ().get(PROOF_ENV, "")
+    except psutil.Error:  # gone, or not ours to read: not ours
+        return False
+    return hmac.compare_digest(shown, proof(key, label))
+
+
+def _label(cmdline: Sequence[str]) -> str | None:
+    """The marker's value when it is well formed: three non-empty percent-encoded parts."""
     try:
         value = cmdline[cmdline.index(MARKER) + 1]
     except (ValueError, IndexError):
@@ -215,8 +262,7 @@ def _labels(cmdline: Sequence[str]) -> tuple[str, str, str] | None:
     parts = value.split("/")
     if len(parts) != 3 or not all(parts):
         return None
-    installation, pool, name = (unquote(part) for part in parts)
-    return installation, pool, name
+    return value
 
 
 def _signal(proc: psutil.Process, signum: signal.Signals) -> None:
