@@ -37,6 +37,12 @@ class Caller:
     def all_tenants(self) -> bool:
         return self.role is Role.ADMIN
 
+    @property
+    def fleet_wide(self) -> bool:
+        """An admin, or an operator of no tenants in particular (SPEC section 8): it may change
+        what every tenant shares (pool-wide limits, [tenants.default])."""
+        return self.role is Role.ADMIN or (self.role is Role.OPERATOR and not self.tenants)
+
     def sees(self, tenant: str) -> bool:
         return self.all_tenants or tenant in self.tenants
 

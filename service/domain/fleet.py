@@ -141,12 +141,17 @@ def parse_state(verb: str) -> WorkerState:
 
 
 async def status(
-    db: Database, in_force: InForce, *, tenants: frozenset[str] | None = None
+    db: Database,
+    in_force: InForce,
+    *,
+    tenants: frozenset[str] | None = None,
+    shown_to: Caller | None = None,
 ) -> dict[str, Any]:
     """Capacity and queues; per-tenant counts only for the tenants the caller holds.
 
     Pools show the values in force (berth.toml with the limits this server applies), and
-    each limit its berth.toml value, reason, who and when.
+    each limit its berth.toml value, reason, who and when: those `shown_to` may see (all when
+    None; a pool's own limits name no tenant).
     """
     async with db.begin() as conn:
         depth = await jobs_q.queue_depth(conn)
@@ -170,7 +175,7 @@ async def status(
         "queued": [{"pool": p, "kind": k, "jobs": n} for p, k, n in depth],
         "running": sum(running.values()),
         "running_by_tenant": {t: n for t, n in running.items() if tenants is None or t in tenants},
-        "limits": in_force.shown(),
+        "limits": in_force.shown(to=shown_to),
     }
 
 

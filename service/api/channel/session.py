@@ -29,6 +29,7 @@ class Session:
     socket: WebSocket[Any, Any, Any]
     closed: bool = False
     left: bool = False  # it said bye: it stopped on purpose
+    relays: int = 0  # its jobs' relayed calls being answered now ([executor] relay_max_in_flight)
     _queue: asyncio.Queue[protocol.Frame] = field(
         default_factory=lambda: asyncio.Queue(maxsize=SEND_QUEUE)
     )
