@@ -39,8 +39,10 @@ class Caller:
 
     @property
     def fleet_wide(self) -> bool:
-        """An admin, or an operator of no tenants in particular (SPEC section 8): it may change
-        what every tenant shares (pool-wide limits, [tenants.default])."""
+        """An admin, or an operator of no tenants in particular (SPEC section 8).
+
+        It may change what every tenant shares (pool-wide limits, [tenants.default]).
+        """
         return self.role is Role.ADMIN or (self.role is Role.OPERATOR and not self.tenants)
 
     def sees(self, tenant: str) -> bool:

@@ -1,9 +1,10 @@
 """Operator limits: which config keys `berth limits set` may override, and the config they make.
 
-Pure. A limit is a key (`pools.gpu.slots.agent`, `tenants.ml.max_queued`) and a value; `parse` checks a key against the
-config and turns a value (a string from the CLI, JSON from the API, JSON from the table) into
-its type, or raises Invalid naming the key. `effective(config, overrides)` returns a new frozen
-config with the overrides applied; `config.pool_specs()` on it is what placement uses.
+Pure. A limit is a key (`pools.gpu.slots.agent`, `tenants.ml.max_queued`) and a value; `parse`
+checks a key against the config and turns a value (a string from the CLI, JSON from the API,
+JSON from the table) into its type, or raises Invalid naming the key. `effective(config,
+overrides)` returns a new frozen config with the overrides applied; `config.pool_specs()` on it
+is what placement uses, `config.tenant_bounds(T)` what submits and uploads check.
 
 Core sits below `service.config` in the layers, so this module knows the config by its shape
 (the Protocols below), not by its classes; `service.config.Config` fits them.
@@ -87,8 +88,11 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What a key names: a field of a pool, a slot kind of a pool, a provisioner field, or a
-    tenant's bound (`tenant` set, `pool` "")."""
+    """What a key names.
+
+    A field of a pool, a slot kind of a pool, a provisioner field, or a tenant's bound
+    (`tenant` set, `pool` "").
+    """
 
     pool: str
     field: str  # slots | max_load | min_memory_gb | min_disk_gb | provisioner.max | …idle_seconds

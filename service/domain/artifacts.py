@@ -277,8 +277,11 @@ class _Room:
 async def _room(
     conn: AsyncConnection, bounds: TenantBounds, shas: Sequence[str], *, gc: float
 ) -> _Room | None:
-    """The room a write of `shas` has in the tenant's share; None when nothing bounds it (no
-    bound, or the tenant's references keep all these blobs already: they add nothing)."""
+    """The room a write of `shas` has in the tenant's share.
+
+    None when nothing bounds it: no bound, or the tenant's references keep all these blobs
+    already (they add nothing).
+    """
     if bounds.max_stored_bytes <= 0:
         return None
     held = await artifacts_q.held_sizes(conn, tenant=bounds.tenant, shas=shas, gc=gc)
@@ -472,8 +475,10 @@ async def reference_reported(
 async def drop_unlisted_outputs(
     conn: AsyncConnection, listed: Sequence[tuple[int, Sequence[str]]]
 ) -> None:
-    """Let go of the output references of these jobs whose blobs their results do not list
-    (job, sha256s): what a result does not list was not kept, and grants nothing."""
+    """Let go of each job's output references to blobs its result does not list (job, shas).
+
+    What a result does not list was not kept, and grants nothing.
+    """
     await artifacts_q.drop_outputs_except(conn, listed)
 
 
@@ -489,9 +494,11 @@ class Bringing:
 async def over_stored(
     conn: AsyncConnection, bringing: Sequence[Bringing], in_force: Config
 ) -> dict[object, str]:
-    """Of `bringing`, in order, those that would take their tenant past its max_stored_gb:
+    """Of `bringing`, in order, those that would take their tenant past its max_stored_gb.
+
     key -> the refusal, naming the key. Blobs the tenant's references keep already (a write
-    through this server referenced them) add nothing."""
+    through this server referenced them) add nothing.
+    """
     refused: dict[object, str] = {}
     gc = in_force.cas.gc_days * DAY
     for tenant in dict.fromkeys(b.tenant for b in bringing):

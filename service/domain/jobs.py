@@ -191,8 +191,10 @@ def _over(over: jobs_q.Over, key: str) -> OverBound:
 
 
 def _code_by_hash(rows: list[dict[str, Any]]) -> dict[str, bytes]:
-    """Python source travels by hash (SPEC): each row keeps the hash; the distinct sources,
-    by hash, go into the store once the jobs are in."""
+    """Python source travels by hash (SPEC): each row keeps the hash; the sources, by hash.
+
+    The distinct sources go into the store once the jobs are in.
+    """
     code: dict[str, bytes] = {}
     for row in rows:
         if source := row["python"]:

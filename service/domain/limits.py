@@ -47,8 +47,10 @@ class InForce:
         return self.config.pool_specs()
 
     def shown(self, *, pool: str | None = None, to: Caller | None = None) -> list[dict[str, Any]]:
-        """The limits as people see them: all, or those in force on one pool; with `to`, only
-        those that caller may see (`visible`)."""
+        """The limits as people see them: all, or those in force on one pool.
+
+        With `to`, only those that caller may see (`visible`).
+        """
         return [
             describe(self.base, r)
             for r in self.records

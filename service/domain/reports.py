@@ -193,8 +193,10 @@ async def _outputs_within_bounds(
     results: list[tuple[WorkerRecord, protocol.Finished]],
     in_force: Config,
 ) -> list[tuple[WorkerRecord, protocol.Finished]]:
-    """The results, each whose outputs would take its tenant past its max_stored_gb replaced
-    by one without them that says why (and failed, had it succeeded): nothing of it is kept."""
+    """The results, each past its tenant's max_stored_gb replaced by one without outputs.
+
+    The replacement says why (and failed, had it succeeded): nothing of its outputs is kept.
+    """
     with_outputs = [(w, f) for w, f in results if f.outputs]
     if not with_outputs:
         return results
@@ -214,15 +216,18 @@ async def _outputs_within_bounds(
         return results
     out = []
     for w, f in results:
-        if (why := refused.get((f.job, f.epoch))) is not None:
-            log.warning("outputs_refused_over_bound", job=f.job, epoch=f.epoch, reason=why)
-            f = msgspec.structs.replace(
-                f,
-                outputs=(),
-                state="failed" if f.state == "succeeded" else f.state,
-                error=(f.error + "; " if f.error else "") + f"its outputs were not kept: {why}",
-            )
-        out.append((w, f))
+        why = refused.get((f.job, f.epoch))
+        if why is None:
+            out.append((w, f))
+            continue
+        log.warning("outputs_refused_over_bound", job=f.job, epoch=f.epoch, reason=why)
+        without = msgspec.structs.replace(
+            f,
+            outputs=(),
+            state="failed" if f.state == "succeeded" else f.state,
+            error=(f.error + "; " if f.error else "") + f"its outputs were not kept: {why}",
+        )
+        out.append((w, without))
     return out
 
 

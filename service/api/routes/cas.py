@@ -6,8 +6,9 @@ Both follow the store contract of service/cas/http.py (`.id`, HEAD, GET with ran
 (an admin's: "default"). A tenant's PUT answers 201 with the same body whether or not the
 store had the blob (its body is read and checked either way), so it tells nothing of other
 tenants; past [cas] max_blob_gb it is 413, past the tenant's max_stored_gb 429, each naming the
-key. Workers: a fleet-wide one reaches any blob, a tenant-bound one its tenants' blobs; `PUT ...?job=ID&epoch=N&what=output|log` references the blob for that job
-while (job, epoch) is the worker's live lease (409 when stale). `.list` and DELETE are served
+key. Workers: a fleet-wide one reaches any blob, a tenant-bound one its tenants' blobs;
+`PUT ...?job=ID&epoch=N&what=output|log|upload` references the blob for that job while
+(job, epoch) is the worker's live lease (409 when stale). `.list` and DELETE are served
 only by `berth cas serve`, to the installation.
 """
 
