@@ -86,7 +86,7 @@ class TestKeys:
             pytest.param("tenants.ml.max_queued", 2.5, "whole number", id="frac-queued"),
             pytest.param("tenants.ml.max_stored_gb", "inf", "finite number", id="inf-stored"),
             pytest.param("tenants.ml.max_stored_gb", -1, "finite number >= 0", id="neg-stored"),
-            pytest.param("tenants.ml.max_slots", 1, "unknown limit key", id="tenant-field"),
+            pytest.param("tenants.ml.max_slots", 1, "tenants.T.max_queued", id="tenant-field"),
             pytest.param("tenants.-x.max_queued", 1, "a tenant is", id="bad-tenant-name"),
         ],
     )

@@ -4,6 +4,7 @@ Every read of job data takes `tenants` (None: all, for admins) and filters on it
 """
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,18 +46,20 @@ WITH r AS (
         n int, tenant text, kind text, pool text, labels text[], device_policy text,
         command text[], python text, python_sha256 text, env jsonb, secrets jsonb,
         inputs jsonb, repo text, timeout_seconds float8, max_attempts int, priority int,
-        created_by text, max_queued bigint)
-), want AS (
-    SELECT tenant, count(*) AS adding, min(max_queued) AS bound FROM r GROUP BY tenant
-), counted AS (
-    -- Counting stops past the bound (LIMIT): a tenant with a long queue costs no more than that.
-    SELECT w.tenant, w.adding, w.bound,
-           (SELECT count(*) FROM (SELECT 1 FROM jobs q
-                                  WHERE q.tenant = w.tenant AND q.state = 'queued'
-                                  LIMIT w.bound + 1) AS x) AS queued
-    FROM want w
+        created_by text)
 ), over AS (
-    SELECT tenant, adding, bound, queued FROM counted WHERE queued + adding > bound
+    -- One row per tenant of the batch (arrays, so the planner knows how few: a cheap plan).
+    -- Counting stops past the bound (LIMIT): a tenant with a long queue costs no more than that.
+    SELECT * FROM (
+        SELECT v.tenant, v.adding, v.bound,
+               (SELECT count(*) FROM (SELECT 1 FROM jobs q
+                                      WHERE q.tenant = v.tenant AND q.state = 'queued'
+                                      ORDER BY q.priority DESC, q.id  -- ix_jobs_queued's order
+                                      LIMIT v.bound + 1) AS x) AS queued
+        FROM unnest(CAST(:tenants AS text[]), CAST(:adding AS bigint[]),
+                    CAST(:bounds AS bigint[])) AS v(tenant, adding, bound)
+    ) AS c
+    WHERE queued + adding > bound
 ), t AS (
     INSERT INTO tenants (name) SELECT DISTINCT tenant FROM r
     WHERE NOT EXISTS (SELECT 1 FROM over) ON CONFLICT DO NOTHING
@@ -115,14 +118,16 @@ async def submit_many(
     batch would take a tenant's queued jobs past `max_queued[tenant]`, nothing is inserted and
     the tenants over their bounds are returned instead: (jobs created, tenants over).
     """
-    payload = [
-        {"n": i, **row, "max_queued": max_queued[row["tenant"]]} for i, row in enumerate(rows)
-    ]
+    payload = [{"n": i, **row} for i, row in enumerate(rows)]
+    adding = Counter(row["tenant"] for row in rows)
     result = (
         await conn.execute(
             text(_SUBMIT_SQL),
             {
                 "jobs": json.dumps(payload),
+                "tenants": list(adding),
+                "adding": list(adding.values()),
+                "bounds": [max_queued[t] for t in adding],
                 "caller": caller,
                 "request_id": request_id,
                 "on_behalf": on_behalf or None,
