@@ -75,6 +75,14 @@ def of(config: TenantsShape, tenant: str) -> TenantBounds:
     )
 
 
+def stores_bounded(config: TenantsShape) -> bool:
+    """Whether any tenant has a max_stored_gb (else nothing need count stored bytes)."""
+    return any(
+        t.max_stored_gb is not msgspec.UNSET and t.max_stored_gb > 0
+        for t in config.tenants.values()
+    )
+
+
 def gb_bytes(gb: float) -> int:
     return int(gb * GB)
 

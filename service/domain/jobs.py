@@ -166,12 +166,13 @@ async def submit(
         if over:
             raise _over(over[0], bounds[over[0].tenant].key("max_queued"))
         if cas is not None:
-            # Stored only once the jobs are in: a refused submit leaves nothing in the store.
-            # The blobs' references commit with the jobs, under their shared locks (taken
-            # before the put), so the collector cannot take a blob between put and commit.
-            await artifacts_q.lock_shared(conn, *code)
-            for sha, source in code.items():
-                await cas.store.put(one_chunk(source), sha256=sha)
+            if code:
+                # Stored only once the jobs are in: a refused submit leaves nothing in the
+                # store. Their references commit with the jobs, under the blobs' shared locks
+                # (taken before the put), so the collector cannot take one before the commit.
+                await artifacts_q.lock_shared(conn, *code)
+                for sha, source in code.items():
+                    await cas.store.put(one_chunk(source), sha256=sha)
             await _reference(
                 conn, created, cas, {sha: len(b) for sha, b in code.items()}, by=str(caller)
             )

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service import protocol
 from service.config import Config
+from service.core import bounds
 from service.core.errors import Unavailable
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
@@ -198,7 +199,7 @@ async def _outputs_within_bounds(
     The replacement says why (and failed, had it succeeded): nothing of its outputs is kept.
     """
     with_outputs = [(w, f) for w, f in results if f.outputs]
-    if not with_outputs:
+    if not with_outputs or not bounds.stores_bounded(in_force):
         return results
     tenants = await reports_q.live_jobs(conn, [(f.job, f.epoch, w.id) for w, f in with_outputs])
     refused = await artifacts.over_stored(
@@ -255,7 +256,7 @@ async def _keep_metrics_and_saved(
         saved.append(
             artifacts.Reported(tuple(w.tenants), tenant, s.sha256, s.size, "upload", s.job)
         )
-    if in_force is not None and saved:
+    if in_force is not None and saved and bounds.stores_bounded(in_force):
         refused = await artifacts.over_stored(
             conn,
             [artifacts.Bringing(i, r.tenant, ((r.sha256, r.size),)) for i, r in enumerate(saved)],
