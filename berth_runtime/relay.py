@@ -75,11 +75,16 @@ def save_artifact(path: str | os.PathLike[str]) -> str:
     file = Path(path)
     size = file.stat().st_size
     with _connect() as sock, sock.makefile("rb") as reader, file.open("rb") as f:
-        _send(sock, {"op": "save", "size": size, "name": file.name})
         sent = 0
-        while sent < size and (chunk := f.read(min(CHUNK, size - sent))):
-            sock.sendall(chunk)
-            sent += len(chunk)
+        try:
+            _send(sock, {"op": "save", "size": size, "name": file.name})
+            while sent < size and (chunk := f.read(min(CHUNK, size - sent))):
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except OSError as exc:
+            # The worker may refuse before it reads the body (a bound): its answer says why.
+            _answer(reader)  # raises the worker's refusal, when it sent one
+            raise RelayError(f"the worker stopped reading the artifact ({exc})") from None
         if sent != size:
             raise RelayError(f"{file} changed while it was sent")
         return str(_answer(reader)["ref"])

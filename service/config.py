@@ -7,6 +7,7 @@ key. Durations are seconds and may be fractional, so tests run with short ones.
 
 import ipaddress
 import json
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -15,6 +16,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from service.core import bounds
+from service.core.bounds import TenantBounds
 from service.core.errors import Invalid
 from service.core.placement import PoolSpec
 
@@ -90,6 +93,10 @@ class Executor(Section, frozen=True):
     # A dispatch pass runs when NOTIFY or a local event pokes it, and at least this often
     # (host samples move thresholds without any event).
     dispatch_fallback_seconds: float = 2.0
+    relay_max_save_gb: float = (
+        bounds.RELAY_MAX_SAVE_GB
+    )  # what one job may save through its relay (0: nothing)
+    relay_max_in_flight: int = 8  # relayed requests in flight per worker session on the server
 
 
 class Toleration(Section, frozen=True):
@@ -155,6 +162,18 @@ class Cas(Section, frozen=True):
     region: str = ""  # s3
     gc_days: float = 30.0  # a reference expires this long after what made it ended
     gc_seconds: float = 60.0  # the leader's collector runs this often
+    max_blob_gb: float = 50.0  # the largest blob a tenant may upload
+
+
+class Tenant(Section, frozen=True):
+    """`[tenants.NAME]`: one tenant's bounds; a key it does not set takes [tenants.default]'s.
+
+    `[tenants.default]` is every tenant's (core/bounds.py has the built-in defaults). The
+    resources issue adds max_running and max_gpus here.
+    """
+
+    max_queued: int | msgspec.UnsetType = msgspec.UNSET  # queued jobs (default 100000)
+    max_stored_gb: float | msgspec.UnsetType = msgspec.UNSET  # distinct blobs kept (0: no bound)
 
 
 class Config(Section, frozen=True):
@@ -163,6 +182,11 @@ class Config(Section, frozen=True):
     executor: Executor = msgspec.field(default_factory=Executor)
     pools: dict[str, Pool] = msgspec.field(default_factory=dict)
     cas: Cas = msgspec.field(default_factory=Cas)
+    tenants: dict[str, Tenant] = msgspec.field(default_factory=dict)
+
+    def tenant_bounds(self, tenant: str) -> TenantBounds:
+        """`tenant`'s bounds: [tenants.NAME], else [tenants.default], else the built-in ones."""
+        return bounds.of(self, tenant)
 
     def builtin_worker(self) -> bool:
         """Whether `berth serve` runs its built-in worker (SPEC section 4)."""
@@ -253,6 +277,7 @@ def check(config: Config) -> None:
         if pool.provisioner is not None:
             _check_provisioner(config, name, pool.provisioner)
     _check_cas(config.cas)
+    _check_tenants(config.tenants)
     proxy = config.network.proxy
     if proxy.verify_jwt and not (proxy.jwks_url and proxy.issuer and proxy.audience):
         raise Invalid("network.proxy.verify_jwt needs jwks_url, issuer and audience")
@@ -307,6 +332,13 @@ def _check_executor(e: Executor) -> None:
             "executor.pack_seconds must be at most 30: a job's output reaches the "
             "artifact store within 30 s (SPEC section 4)"
         )
+    if not _finite(e.relay_max_save_gb, low=0):
+        raise Invalid(
+            "executor.relay_max_save_gb must be a finite number >= 0 (0: a job saves nothing "
+            f"through its relay; at most {bounds.MAX_GB:.0f})"
+        )
+    if not 1 <= e.relay_max_in_flight <= 10000:
+        raise Invalid("executor.relay_max_in_flight must be a whole number from 1 to 10000")
     if not 0 <= e.kill_grace_seconds < 2 * e.heartbeat_seconds:
         # A worker that hears no ack stops its jobs two heartbeats before its leases can expire;
         # TERM, the grace, then KILL must fit inside those two heartbeats.
@@ -315,6 +347,31 @@ def _check_executor(e: Executor) -> None:
             f"(2 * heartbeat_seconds = {2 * e.heartbeat_seconds:g}), so a silent worker's jobs "
             "are dead before their leases expire"
         )
+
+
+def _check_tenants(tenants: Mapping[str, Tenant]) -> None:
+    """Tenant names as tokens take them; bounds finite and >= 0 (SPEC section 3)."""
+    for name, t in tenants.items():
+        if not bounds.TENANT.match(name):
+            raise Invalid(
+                f"tenants.{name[:130]}: a tenant is 1-128 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit"
+            )
+        if t.max_queued is not msgspec.UNSET and not 0 <= t.max_queued <= bounds.MAX_WHOLE:
+            raise Invalid(
+                f"tenants.{name}.max_queued must be a whole number >= 0 (at most "
+                f"{bounds.MAX_WHOLE})"
+            )
+        if t.max_stored_gb is not msgspec.UNSET and not _finite(t.max_stored_gb, low=0):
+            raise Invalid(
+                f"tenants.{name}.max_stored_gb must be a finite number >= 0 (0: no bound; at most "
+                f"{bounds.MAX_GB:.0f})"
+            )
+
+
+def _finite(x: float, *, low: float, above: bool = False) -> bool:
+    """`x` is finite, at most MAX_GB, and >= `low` (> `low` with `above`)."""
+    return math.isfinite(x) and (x > low if above else x >= low) and x <= bounds.MAX_GB
 
 
 def _check_provisioner(config: Config, pool: str, prov: Provisioner) -> None:
@@ -351,20 +408,21 @@ def _check_provisioner(config: Config, pool: str, prov: Provisioner) -> None:
         )
 
 
-# Which [cas] keys each provider reads (besides provider, gc_days and gc_seconds).
+# Which [cas] keys each provider reads (besides COMMON_CAS_KEYS, read with every provider).
 CAS_KEYS = {
     "local": {"root"},
     "http": {"url"},
     "cached": {"url", "root", "local_max_gb"},
     "s3": {"bucket", "prefix", "endpoint_url", "region"},
 }
+COMMON_CAS_KEYS = {"provider", "gc_days", "gc_seconds", "max_blob_gb"}
 
 
 def _check_cas(cas: Cas) -> None:
     """What the provider needs is there, and every key set has an effect with it."""
     default = Cas()
     given = {f for f in cas.__struct_fields__ if getattr(cas, f) != getattr(default, f)}
-    for key in sorted(given - CAS_KEYS[cas.provider] - {"provider", "gc_days", "gc_seconds"}):
+    for key in sorted(given - CAS_KEYS[cas.provider] - COMMON_CAS_KEYS):
         raise Invalid(f"cas.{key} has no effect with provider {cas.provider!r}")
     if cas.provider in ("http", "cached") and not cas.url:
         raise Invalid(f"cas.url: provider {cas.provider!r} needs the remote store's URL")
@@ -376,6 +434,10 @@ def _check_cas(cas: Cas) -> None:
         raise Invalid("cas.gc_days must be above 0 (and at most 36500)")
     if not 0 < cas.gc_seconds <= 86400:
         raise Invalid("cas.gc_seconds must be above 0 (and at most 86400)")
+    if not _finite(cas.max_blob_gb, low=0, above=True):
+        raise Invalid(
+            f"cas.max_blob_gb must be a finite number above 0 (at most {bounds.MAX_GB:.0f})"
+        )
 
 
 def split_listen(listen: str) -> tuple[str, int]:

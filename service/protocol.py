@@ -22,6 +22,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from service.core.bounds import RELAY_MAX_SAVE_GB
+
 PROTOCOL_VERSION = 2
 WORKER_PATH = "/api/v1/workers/attach"
 
@@ -207,6 +209,9 @@ class Welcome(Frame, tag="welcome.v2", frozen=True):
     pool: str = ""  # as the server placed it (a joined worker learns its pool here)
     labels: tuple[str, ...] = ()
     cas: CasAccess | None = None  # None: this server offers no artifact store
+    # What one job may save through its relay ([executor] relay_max_save_gb); the default is
+    # berth.toml's, for a server that does not say.
+    relay_max_save_gb: Amount = RELAY_MAX_SAVE_GB
 
 
 class Credential(Frame, tag="credential.v2", frozen=True):

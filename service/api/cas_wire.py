@@ -85,11 +85,30 @@ def head(size: int) -> Response[None]:
 
 
 def stored(result: Stored) -> Response[dict[str, Any]]:
-    """The answer to a PUT, once the blob is durable: 201 stored, 200 it was there."""
+    """The answer to a PUT, once the blob is durable: 201 stored, 200 it was there.
+
+    Only for the installation (`berth cas serve`): a tenant must not learn from it whether
+    another tenant stored the same bytes (`kept`).
+    """
     return Response(
         {"sha256": result.sha256, "size": result.size},
         status_code=201 if result.created else 200,
     )
+
+
+def kept(result: Stored) -> Response[dict[str, Any]]:
+    """The answer to a tenant's (or worker's) PUT, once the blob is durable: always 201.
+
+    Security: the same status and body whether or not the store had the blob, so a tenant
+    cannot confirm a guess of another tenant's file by uploading it.
+    """
+    return Response({"sha256": result.sha256, "size": result.size}, status_code=201)
+
+
+def content_length(request: Request[Any, Any, Any]) -> int | None:
+    """The body's declared length; None when not given (chunked) or not a number."""
+    raw = request.headers.get("content-length", "")
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 20 else None
 
 
 def store_id(store_id: str) -> Response[str]:

@@ -43,7 +43,10 @@ class Caller:
 
     @property
     def fleet_wide(self) -> bool:
-        """An admin, or an operator bound to no tenant: it acts on what serves every tenant."""
+        """An admin, or an operator of no tenants in particular (SPEC section 8).
+
+        It may change what every tenant shares (pool-wide limits, [tenants.default]).
+        """
         return self.role is Role.ADMIN or (self.role is Role.OPERATOR and not self.tenants)
 
     def sees(self, tenant: str) -> bool:

@@ -12,7 +12,8 @@ has a JSON body `{"error": "<one line>"}`.
            with `Range: bytes=A-B` (B inclusive) or `bytes=A-`: 206 with those bytes (B clamped to
                              size - 1) and `Content-Range: bytes A-B/SIZE`; 416 when A >= size.
     PUT    {base}/{sha256}   body: the blob (chunked transfer allowed). 201 (stored) or 200 (was
-                             there) with JSON `{"sha256": ..., "size": ...}`, only once it is
+                             there; the server's tenant and worker routes answer 201 either way)
+                             with JSON `{"sha256": ..., "size": ...}`, only once it is
                              durable; 422 when the body does not hash to the name (nothing kept).
                              The server reads the whole body before it answers.
     DELETE {base}/{sha256}   204 deleted; 404 absent.

@@ -8,13 +8,19 @@ from service.cli.client import Client, CliError, add_server_arg, listing, print_
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
-    p = sub.add_parser("limits", help="override pool keys of berth.toml at runtime, with a reason")
+    p = sub.add_parser(
+        "limits",
+        help="override pool keys and tenant bounds of berth.toml at runtime, with a reason",
+    )
     lsub = p.add_subparsers(dest="limits_command", required=True, parser_class=type(p))
     s = lsub.add_parser(
         "set",
         help="override a key on every server from its next pass",
         description="Keys: pools.P.slots.KIND, pools.P.max_load, pools.P.min_memory_gb, "
-        "pools.P.min_disk_gb, pools.P.provisioner.max, pools.P.provisioner.idle_seconds.",
+        "pools.P.min_disk_gb, pools.P.provisioner.max, pools.P.provisioner.idle_seconds, "
+        "tenants.T.max_queued, tenants.T.max_stored_gb (T: a tenant, or default for every "
+        "tenant without its own). Pool keys and tenants.default.* need an admin or a "
+        "fleet-wide operator; an operator of some tenants sets only their tenants.T.* keys.",
     )
     add_server_arg(s)
     s.add_argument("assignment", metavar="KEY=VALUE")

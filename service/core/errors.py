@@ -53,3 +53,15 @@ class Unavailable(BerthError):
     """A dependency (the database) is not there right now; the caller may retry."""
 
     status = 503
+
+
+class TooLarge(BerthError):
+    """A body over a size bound ([cas] max_blob_gb): refused before it is stored."""
+
+    status = 413
+
+
+class OverBound(BerthError):
+    """A bound that protects every tenant from one (SPEC section 8) would be passed."""
+
+    status = 429

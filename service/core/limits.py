@@ -1,9 +1,10 @@
 """Operator limits: which config keys `berth limits set` may override, and the config they make.
 
-Pure. A limit is a key (`pools.gpu.slots.agent`) and a value; `parse` checks a key against the
-config and turns a value (a string from the CLI, JSON from the API, JSON from the table) into
-its type, or raises Invalid naming the key. `effective(config, overrides)` returns a new frozen
-config with the overrides applied; `config.pool_specs()` on it is what placement uses.
+Pure. A limit is a key (`pools.gpu.slots.agent`, `tenants.ml.max_queued`) and a value; `parse`
+checks a key against the config and turns a value (a string from the CLI, JSON from the API,
+JSON from the table) into its type, or raises Invalid naming the key. `effective(config,
+overrides)` returns a new frozen config with the overrides applied; `config.pool_specs()` on it
+is what placement uses, `config.tenant_bounds(T)` what submits and uploads check.
 
 Core sits below `service.config` in the layers, so this module knows the config by its shape
 (the Protocols below), not by its classes; `service.config.Config` fits them.
@@ -13,7 +14,9 @@ Pitfalls:
   provisioner) is skipped by `effective`, never fatal: a server must start whatever the table
   holds. `unfit` says which and why, for the log.
 - The built-in pool `serve` exists without a `[pools.serve]` table; an override of it makes one
-  with berth.toml's defaults (as `Config.pool_specs` does).
+  with berth.toml's defaults (as `Config.pool_specs` does). Likewise a tenant without a
+  `[tenants.T]` table: an override makes one, its other keys still taking [tenants.default]'s.
+- Tenant keys fit any config: a bound may be set for a tenant before its first job.
 """
 
 import contextlib
@@ -25,6 +28,8 @@ from typing import Protocol, TypeVar
 
 import msgspec
 
+from service.core import bounds
+from service.core.bounds import TenantShape
 from service.core.errors import Invalid
 
 MAX_KEY = 200  # the limits.key column
@@ -41,8 +46,11 @@ KEYS = (
     "pools.P.min_disk_gb",
     "pools.P.provisioner.max",
     "pools.P.provisioner.idle_seconds",
+    "tenants.T.max_queued",
+    "tenants.T.max_stored_gb",
 )
 TENANT_QUOTAS = ("max_running", "max_gpus")
+TENANT_FIELDS = tuple(bounds.FIELDS)
 
 Value = int | float
 
@@ -70,6 +78,8 @@ class PoolShape(Protocol):
 class ConfigShape(Protocol):
     @property
     def pools(self) -> Mapping[str, PoolShape]: ...
+    @property
+    def tenants(self) -> Mapping[str, TenantShape]: ...
 
 
 C = TypeVar("C", bound=ConfigShape)
@@ -78,11 +88,16 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What a key names: a field of a pool, a slot kind of a pool, or a provisioner field."""
+    """What a key names.
+
+    A field of a pool, a slot kind of a pool, a provisioner field, or a tenant's bound
+    (`tenant` set, `pool` "").
+    """
 
     pool: str
     field: str  # slots | max_load | min_memory_gb | min_disk_gb | provisioner.max | …idle_seconds
     kind: str = ""  # field == "slots": the job kind
+    tenant: str = ""  # a tenant bound: the tenant ("default": every tenant without its own)
 
 
 _POOL_FIELDS = ("max_load", "min_memory_gb", "min_disk_gb")
@@ -98,6 +113,8 @@ def target(config: ConfigShape, key: str) -> Target:
             f"{key}: tenant quotas come with per-job resources (cpus, memory, gpus per job), "
             "which berth does not offer yet"
         )
+    if key.startswith("tenants."):
+        return _tenant_target(key)
     if not key.startswith("pools."):
         raise _unknown(key)
     names = sorted({*config.pools, BUILTIN_POOL}, key=len, reverse=True)
@@ -114,6 +131,25 @@ def target(config: ConfigShape, key: str) -> Target:
             "berth.toml)"
         )
     return Target(pool=found, field=field, kind=kind)
+
+
+def _tenant_target(key: str) -> Target:
+    tenant, _, field = key.removeprefix("tenants.").rpartition(".")
+    if field not in TENANT_FIELDS:
+        raise _unknown(key)
+    if not bounds.TENANT.match(tenant):
+        raise Invalid(
+            f"{key}: a tenant is 1-128 letters, digits, '.', '_' or '-', starting with a letter "
+            "or digit"
+        )
+    return Target(pool="", field=field, tenant=tenant)
+
+
+def tenant_of(key: str) -> str | None:
+    """The tenant a tenant key names (`tenants.T.max_queued` -> T); None for any other key."""
+    if not key.startswith("tenants."):
+        return None
+    return key.removeprefix("tenants.").rpartition(".")[0] or None
 
 
 def _field(key: str, rest: str) -> tuple[str, str]:
@@ -141,7 +177,7 @@ def parse(config: ConfigShape, key: str, raw: object) -> Value:
 
 def _parsed(config: ConfigShape, key: str, raw: object) -> tuple[Target, Value]:
     t = target(config, key)
-    if t.field in ("slots", "provisioner.max"):
+    if t.field in ("slots", "provisioner.max", "max_queued"):
         return t, _whole(key, raw)
     return t, _number(key, raw, positive=t.field == "provisioner.idle_seconds")
 
@@ -184,6 +220,9 @@ def default(config: ConfigShape, key: str) -> Value | None:
         t = target(config, key)
     except Invalid:
         return None
+    if t.tenant:
+        found = bounds.of(config, t.tenant)
+        return found.max_queued if t.field == "max_queued" else found.max_stored_gb
     pool = _pool(config, t.pool)
     values: dict[str, Value | None] = {
         "slots": pool.slots.get(t.kind),
@@ -213,12 +252,15 @@ def effective(config: C, overrides: Mapping[str, object]) -> C:
     changes: dict[str, dict[str, Value]] = {}  # pool -> field -> value
     slots: dict[str, dict[str, int]] = {}  # pool -> kind -> slots
     provisioner: dict[str, dict[str, Value]] = {}  # pool -> field -> value
+    tenants: dict[str, dict[str, Value]] = {}  # tenant -> field -> value
     for key, raw in sorted(overrides.items()):
         try:
             t, value = _parsed(config, key, raw)
         except Invalid:
             continue
-        if t.field == "slots":
+        if t.tenant:
+            tenants.setdefault(t.tenant, {})[t.field] = value
+        elif t.field == "slots":
             assert isinstance(value, int)
             slots.setdefault(t.pool, {})[t.kind] = value
         elif t.field in _PROVISIONER_FIELDS:
@@ -226,6 +268,17 @@ def effective(config: C, overrides: Mapping[str, object]) -> C:
         else:
             changes.setdefault(t.pool, {})[t.field] = value
     touched = {*changes, *slots, *provisioner}
+    if tenants:
+        config = _replace(
+            config,
+            tenants={
+                **config.tenants,
+                **{
+                    name: _replace(_tenant(config, name), **fields)
+                    for name, fields in tenants.items()
+                },
+            },
+        )
     if not touched:
         return config
     pools: dict[str, PoolShape] = dict(config.pools)
@@ -248,6 +301,13 @@ def _pool(config: ConfigShape, name: str) -> PoolShape:
     assert name == BUILTIN_POOL, name
     # The same defaults `[pools.serve]` with nothing in it would give.
     return msgspec.convert({"pools": {BUILTIN_POOL: {}}}, type(config)).pools[BUILTIN_POOL]
+
+
+def _tenant(config: ConfigShape, name: str) -> TenantShape:
+    """The tenant's own table; one that sets nothing (all from [tenants.default]) if absent."""
+    if name in config.tenants:
+        return config.tenants[name]
+    return msgspec.convert({"tenants": {name: {}}}, type(config)).tenants[name]
 
 
 def _replace(struct: T, **changes: object) -> T:

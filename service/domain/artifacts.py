@@ -15,10 +15,18 @@ Contracts:
   holds the blobs (`local`, `s3`), so that an upload heals it; a remote store heals itself.
 - Other domain code references blobs for jobs with `reference_held` (what a tenant names:
   inputs, code; NotFound unless it holds them) or `reference` (what was just written for it).
+- An upload says nothing about other tenants: its answer is the same whether or not the store
+  had the blob, and its body is always read and checked against its name.
+- Bounds (SPEC section 8): a tenant's upload is at most [cas] max_blob_gb; what a tenant's
+  references keep (distinct blobs) stays within its max_stored_gb for uploads, a job's writes
+  through this server and reported outputs and saves. Each refusal names its key and leaves
+  nothing referenced, and nothing in the store when it comes before the last byte. Concurrent
+  writes each count what was complete when they began, so together they may pass a bound by
+  what they bring at once.
 """
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +40,17 @@ from service.auth.callers import Caller, Kind
 from service.cas import base, factory
 from service.cas.http import NO_HEADERS
 from service.config import Config
-from service.core.errors import BerthError, Conflict, Forbidden, Invalid, NotFound, StaleEpoch
+from service.core.bounds import TenantBounds, gb_bytes, shown_bytes
+from service.core.errors import (
+    BerthError,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    OverBound,
+    StaleEpoch,
+    TooLarge,
+)
 from service.db.engine import Database
 from service.db.queries import artifacts as artifacts_q
 from service.db.queries.artifacts import Ref
@@ -43,7 +61,9 @@ log = structlog.get_logger(__name__)
 
 DAY = 86400.0
 WORKER_PATH = "/api/v1/workers/cas"  # the workers' base URL under the server's
-WORKER_WRITES = ("output", "log")  # what a worker's write may reference for its job
+# What a worker's write may reference for its job: its outputs, its log, what it saved through
+# its relay (`upload`). Outputs and saves count against the tenant's max_stored_gb.
+WORKER_WRITES = ("output", "log", "upload")
 SERVE_KEY_INFO = b"berth cas serve v1"
 MAX_ID = 2**63 - 1  # what the bigint columns hold
 MAX_EPOCH = 2**31 - 1
@@ -185,22 +205,101 @@ async def upload(
     sha256: str,
     chunks: AsyncIterable[bytes],
     tenant: str | None,
+    in_force: Config,
+    declared: int | None = None,
     request_id: str = "",
 ) -> Stored:
-    """Store a tenant's upload, checked against its name, and reference it for the tenant."""
+    """Store a tenant's upload, checked against its name, and reference it for the tenant.
+
+    `declared` is the body's Content-Length, when given: a body over a bound is refused before
+    any of it is read; otherwise it is counted as it streams and refused once past the bound.
+    """
     sha = check_sha(sha256)
     scope = tenant_to_write(caller, tenant, doing="upload")
+    max_blob = gb_bytes(in_force.cas.max_blob_gb)
+    if declared is not None and declared > max_blob:
+        raise _too_large(declared, max_blob)
     async with db.begin() as conn:
+        room = await _room(conn, in_force.tenant_bounds(scope), [sha], gc=server.gc)
+        if room is not None and declared is not None:
+            room.check(declared)
         ref_id = await artifacts_q.insert(
             conn, tenant=scope, sha256=sha, size=-1, what="upload", job_id=None, by=str(caller)
         )
-    stored = await _write(db, server, ref_id, sha, chunks)
+    bounded = _counted(chunks, max_blob, lambda n: _too_large(n, max_blob, counted=True))
+    if room is not None:
+        bounded = _counted(bounded, room.left, room.refuse_counted)
+    stored = await _write(db, server, ref_id, sha, bounded)
     async with db.begin() as conn:
         await _complete(conn, ref_id, stored.size)
         await audit.record(
             conn, caller, "cas.uploaded", sha, tenant=scope, request_id=request_id, size=stored.size
         )
     return stored
+
+
+def _too_large(size: int, bound: int, *, counted: bool = False) -> TooLarge:
+    what = f"over {shown_bytes(bound)}" if counted else shown_bytes(size)
+    return TooLarge(
+        f"the blob is {what}, larger than cas.max_blob_gb = {shown_bytes(bound)} allows a "
+        "tenant to upload; nothing was stored"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Room:
+    """What new blobs may still bring into a tenant's share of the store (its max_stored_gb)."""
+
+    bounds: TenantBounds
+    used: int  # bytes of the distinct blobs its references keep now
+
+    @property
+    def left(self) -> int:
+        return self.bounds.max_stored_bytes - self.used
+
+    def check(self, size: int) -> None:
+        if size > self.left:
+            raise self.refusal(size)
+
+    def refuse_counted(self, size: int) -> OverBound:
+        """The refusal of a body found too large as it streams (`size`: bytes so far)."""
+        return self.refusal(size, counted=True)
+
+    def refusal(self, size: int, *, counted: bool = False) -> OverBound:
+        more = f"over {shown_bytes(max(self.left, 0))} more" if counted else shown_bytes(size)
+        return OverBound(
+            f"tenant {self.bounds.tenant} keeps {shown_bytes(self.used)} in the store; {more} "
+            f"would pass its {self.bounds.key('max_stored_gb')} = "
+            f"{shown_bytes(self.bounds.max_stored_bytes)}; nothing was kept"
+        )
+
+
+async def _room(
+    conn: AsyncConnection, bounds: TenantBounds, shas: Sequence[str], *, gc: float
+) -> _Room | None:
+    """The room a write of `shas` has in the tenant's share.
+
+    None when nothing bounds it: no bound, or the tenant's references keep all these blobs
+    already (they add nothing).
+    """
+    if bounds.max_stored_bytes <= 0:
+        return None
+    held = await artifacts_q.held_sizes(conn, tenant=bounds.tenant, shas=shas, gc=gc)
+    if set(shas) <= set(held):
+        return None
+    return _Room(bounds, await artifacts_q.stored_bytes(conn, tenant=bounds.tenant, gc=gc))
+
+
+async def _counted(
+    chunks: AsyncIterable[bytes], limit: int, refuse: Callable[[int], BerthError]
+) -> AsyncIterator[bytes]:
+    """`chunks`, refused (raising `refuse(bytes so far)`) once they pass `limit` bytes."""
+    n = 0
+    async for chunk in chunks:
+        n += len(chunk)
+        if n > limit:
+            raise refuse(n)
+        yield chunk
 
 
 async def stat(
@@ -239,8 +338,13 @@ async def worker_upload(
     job: int | None,
     epoch: int | None,
     what: str | None,
+    in_force: Config,
 ) -> Stored:
-    """A worker's write; with (job, epoch, what) referenced for the job's tenant, fenced."""
+    """A worker's write; with (job, epoch, what) referenced for the job's tenant, fenced.
+
+    A job's output or save that would take its tenant past its max_stored_gb is refused
+    (OverBound, naming the key) before the store keeps it.
+    """
     _worker(caller)
     sha = check_sha(sha256)
     if job is None:
@@ -259,9 +363,12 @@ async def worker_upload(
         )
         if scope is None or (caller.tenants and scope not in caller.tenants):
             raise StaleEpoch(f"job {job} epoch {epoch} is not a live lease of this worker")
+        room = await _room(conn, in_force.tenant_bounds(scope), [sha], gc=server.gc)
         ref_id = await artifacts_q.insert(
             conn, tenant=scope, sha256=sha, size=-1, what=what, job_id=job, by=str(caller)
         )
+    if room is not None:
+        chunks = _counted(chunks, room.left, room.refuse_counted)
     stored = await _write(db, server, ref_id, sha, chunks)
     async with db.begin() as conn:
         await _complete(conn, ref_id, stored.size)
@@ -363,6 +470,54 @@ async def reference_reported(
         ],
     )
     return written | set(new)
+
+
+async def drop_unlisted_outputs(
+    conn: AsyncConnection, listed: Sequence[tuple[int, Sequence[str]]]
+) -> None:
+    """Let go of each job's output references to blobs its result does not list (job, shas).
+
+    What a result does not list was not kept, and grants nothing.
+    """
+    await artifacts_q.drop_outputs_except(conn, listed)
+
+
+@dataclass(frozen=True, slots=True)
+class Bringing:
+    """Blobs a report would reference for a tenant, all or none (a job's outputs, one save)."""
+
+    key: object  # the caller's handle on it, e.g. (job, epoch)
+    tenant: str
+    blobs: tuple[tuple[str, int], ...]  # (sha256, size)
+
+
+async def over_stored(
+    conn: AsyncConnection, bringing: Sequence[Bringing], in_force: Config
+) -> dict[object, str]:
+    """Of `bringing`, in order, those that would take their tenant past its max_stored_gb.
+
+    key -> the refusal, naming the key. Blobs the tenant's references keep already (a write
+    through this server referenced them) add nothing.
+    """
+    refused: dict[object, str] = {}
+    gc = in_force.cas.gc_days * DAY
+    for tenant in dict.fromkeys(b.tenant for b in bringing):
+        bounds = in_force.tenant_bounds(tenant)
+        if bounds.max_stored_bytes <= 0:
+            continue
+        mine = [b for b in bringing if b.tenant == tenant]
+        shas = [sha for b in mine for sha, _ in b.blobs]
+        counted = set(await artifacts_q.held_sizes(conn, tenant=tenant, shas=shas, gc=gc))
+        room = _Room(bounds, await artifacts_q.stored_bytes(conn, tenant=tenant, gc=gc))
+        for b in mine:
+            new = {sha: size for sha, size in b.blobs if sha not in counted}
+            size = sum(new.values())
+            if size > room.left:
+                refused[b.key] = room.refusal(size).message
+                continue
+            counted |= set(new)
+            room = _Room(bounds, room.used + size)
+    return refused
 
 
 # -- reading and writing the store -----------------------------------------------------------

@@ -195,13 +195,18 @@ def parse_state(verb: str) -> WorkerState:
 
 
 async def status(
-    db: Database, in_force: InForce, *, tenants: frozenset[str] | None = None
+    db: Database,
+    in_force: InForce,
+    *,
+    tenants: frozenset[str] | None = None,
+    shown_to: Caller | None = None,
 ) -> dict[str, Any]:
     """Capacity and queues; per-tenant counts and limits only of the tenants in `tenants`.
 
     `tenants`: those the caller may see named (named_for); None: every one. Pools show the
     values in force (berth.toml with the limits this server applies), and each limit its
-    berth.toml value, reason, who and when.
+    berth.toml value, reason, who and when: those `shown_to` may see (all when None; a pool's
+    own limits name no tenant).
     """
     async with db.begin() as conn:
         depth = await jobs_q.queue_depth(conn)
@@ -225,16 +230,8 @@ async def status(
         "queued": [{"pool": p, "kind": k, "jobs": n} for p, k, n in depth],
         "running": sum(running.values()),
         "running_by_tenant": {t: n for t, n in running.items() if tenants is None or t in tenants},
-        "limits": [shown for shown in in_force.shown() if _limit_shown(tenants, str(shown["key"]))],
+        "limits": in_force.shown(to=shown_to),
     }
-
-
-def _limit_shown(tenants: frozenset[str] | None, key: str) -> bool:
-    """A limit of one tenant (`tenants.T.KEY`) names it: shown only to those who see T."""
-    if tenants is None or not key.startswith("tenants."):
-        return True
-    tenant = key.removeprefix("tenants.").rpartition(".")[0]
-    return tenant in tenants or tenant == "default"  # [tenants.default]: every tenant's bound
 
 
 def _provisioner(

@@ -1,5 +1,6 @@
 """Jobs: submit (one or a batch), read, cancel, output. Tenant isolation on every call."""
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -11,10 +12,11 @@ from service.auth.callers import Caller
 from service.cas.base import Store, one_chunk
 from service.config import Config
 from service.core import placement
-from service.core.errors import Invalid, NotFound
+from service.core.errors import Invalid, NotFound, OverBound
 from service.core.placement import PoolSpec
 from service.core.states import DevicePolicy, JobState
 from service.db.engine import Database
+from service.db.queries import artifacts as artifacts_q
 from service.db.queries import jobs as jobs_q
 from service.db.queries import leases as leases_q
 from service.db.queries import workers as workers_q
@@ -126,6 +128,7 @@ async def submit(
     specs: Sequence[JobSpec],
     pools: Mapping[str, PoolSpec],
     *,
+    in_force: Config,
     request_id: str = "",
     cas: artifacts.ServerStore | None = None,
 ) -> list[JobRecord]:
@@ -133,6 +136,8 @@ async def submit(
 
     Inputs must be blobs the job's tenant holds (404 otherwise: knowing a hash is not enough);
     each becomes a reference of the job. Python source goes into the store and travels by hash.
+    A batch that would take a tenant's queued jobs past its `max_queued` (from `in_force`,
+    berth.toml with the limits) is refused whole, naming the key; nothing is stored.
     """
     if not specs:
         raise Invalid("no jobs given")
@@ -147,28 +152,58 @@ async def submit(
             await secrets.check_exist(db, tenant=tenant, names=names)
     if any(r["inputs"] for r in rows) and cas is None:
         raise Invalid("inputs need the artifact store, which this server does not offer")
-    sizes = await _code_by_hash(cas, rows) if cas is not None else {}
+    bounds = {tenant: in_force.tenant_bounds(tenant) for tenant in wanted}
+    code = _code_by_hash(rows) if cas is not None else {}
     async with db.begin() as conn:
-        created = await jobs_q.submit_many(
-            conn, rows, caller=str(caller), request_id=request_id, on_behalf=caller.on_behalf
+        created, over = await jobs_q.submit_many(
+            conn,
+            rows,
+            max_queued={t: b.max_queued for t, b in bounds.items()},
+            caller=str(caller),
+            request_id=request_id,
+            on_behalf=caller.on_behalf,
         )
+        if over:
+            raise _over(over[0], bounds[over[0].tenant].key("max_queued"))
         if cas is not None:
-            await _reference(conn, created, cas, sizes, by=str(caller))
+            if code:
+                # Stored only once the jobs are in: a refused submit leaves nothing in the
+                # store. Their references commit with the jobs, under the blobs' shared locks
+                # (taken before the put), so the collector cannot take one before the commit.
+                await artifacts_q.lock_shared(conn, *code)
+                for sha, source in code.items():
+                    await cas.store.put(one_chunk(source), sha256=sha)
+            await _reference(
+                conn, created, cas, {sha: len(b) for sha, b in code.items()}, by=str(caller)
+            )
     return created
 
 
-async def _code_by_hash(cas: artifacts.ServerStore, rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Python source goes into the store, once per distinct source.
+def _over(over: jobs_q.Over, key: str) -> OverBound:
+    """The refusal of a submit past a tenant's bound on queued jobs, naming the bound's key."""
+    if over.queued > over.bound:
+        now = f"has over {over.bound} queued jobs"
+    else:
+        now = f"has {over.queued} queued jobs"
+    return OverBound(
+        f"tenant {over.tenant} {now}; {over.adding} more would pass its {key} = {over.bound} "
+        "(nothing was queued; submit again once its queue drains, or raise the bound)"
+    )
 
-    The job keeps its hash (SPEC: it travels by hash).
+
+def _code_by_hash(rows: list[dict[str, Any]]) -> dict[str, bytes]:
+    """Python source travels by hash (SPEC): each row keeps the hash; the sources, by hash.
+
+    The distinct sources go into the store once the jobs are in.
     """
-    stored: dict[str, tuple[str, int]] = {}
+    code: dict[str, bytes] = {}
     for row in rows:
         if source := row["python"]:
-            if source not in stored:
-                stored[source] = await cas.store.put(one_chunk(source.encode()))
-            row["python_sha256"], row["python"] = stored[source][0], ""
-    return dict(stored.values())
+            data = source.encode()
+            sha = hashlib.sha256(data).hexdigest()
+            code[sha] = data
+            row["python_sha256"], row["python"] = sha, ""
+    return code
 
 
 async def _reference(

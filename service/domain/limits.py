@@ -4,6 +4,12 @@
 in the transaction that makes it, so every server re-reads the table once it commits
 (api/limits_watch.py); `in_force` is that read. The provisioning loop and anything else that
 runs per pass call `effective_config(db, config)` and use what it returns for that pass.
+
+Who may change which key (SPEC section 8): what every tenant shares (`pools.*`, and
+`tenants.default.*`, the bounds of every tenant without its own) needs a fleet-wide caller (an
+admin, or an operator of no tenants); an operator of some tenants changes only
+`tenants.T.*` of its own tenants. Who sees which: a caller that is not fleet-wide sees the pool
+keys, `tenants.default.*` and its own tenants' keys, never another tenant's name.
 """
 
 from collections.abc import Sequence
@@ -13,7 +19,8 @@ from typing import Any
 from service.auth.callers import Caller
 from service.config import Config
 from service.core import limits as core_limits
-from service.core.errors import Invalid, NotFound
+from service.core.bounds import DEFAULT as DEFAULT_TENANTS
+from service.core.errors import Forbidden, Invalid, NotFound
 from service.core.placement import PoolSpec
 from service.db.engine import Database
 from service.db.queries import limits as limits_q
@@ -39,13 +46,47 @@ class InForce:
         """What placement uses: every pool, the built-in one included, limits applied."""
         return self.config.pool_specs()
 
-    def shown(self, *, pool: str | None = None) -> list[dict[str, Any]]:
-        """The limits as people see them: all, or those in force on one pool."""
+    def shown(self, *, pool: str | None = None, to: Caller | None = None) -> list[dict[str, Any]]:
+        """The limits as people see them: all, or those in force on one pool.
+
+        With `to`, only those that caller may see (`visible`).
+        """
         return [
             describe(self.base, r)
             for r in self.records
-            if pool is None or _pool_of(self.base, r.key) == pool
+            if (pool is None or _pool_of(self.base, r.key) == pool)
+            and (to is None or visible(to, r.key))
         ]
+
+
+def visible(caller: Caller, key: str) -> bool:
+    """Whether `caller` may see the limit `key`: a tenant's key only by a caller of that tenant."""
+    tenant = core_limits.tenant_of(key)
+    # Another tenant's key names that tenant: only a fleet-wide caller sees every tenant's.
+    return (
+        caller.fleet_wide or tenant is None or tenant == DEFAULT_TENANTS or tenant in caller.tenants
+    )
+
+
+def check_may_change(caller: Caller, key: str) -> None:
+    """Forbidden, saying why, unless `caller` may set or unset `key` (SPEC section 8)."""
+    if caller.fleet_wide:
+        return
+    tenant = core_limits.tenant_of(key)
+    # Security: a tenant-scoped operator changes only what touches its tenants alone; a pool or
+    # [tenants.default] is every tenant's.
+    if tenant is None:
+        raise Forbidden(
+            f"{key[:200]}: pool-wide limits need an admin or a fleet-wide operator (one of no "
+            "tenants); you may set tenants.T.* of your own tenants"
+        )
+    if tenant == DEFAULT_TENANTS:
+        raise Forbidden(
+            f"{key[:200]}: tenants.default.* is the bound of every tenant: it needs an admin or "
+            "a fleet-wide operator; set tenants.T.* of your own tenants instead"
+        )
+    if tenant not in caller.tenants:
+        raise Forbidden(f"{key[:200]}: you do not hold tenant {tenant[:130]!r}")
 
 
 def _pool_of(base: Config, key: str) -> str | None:
@@ -98,6 +139,7 @@ async def put(
     request_id: str = "",
 ) -> LimitRecord:
     """Set `key` to `value` (a string or JSON number), checked against berth.toml (`config`)."""
+    check_may_change(caller, key)
     parsed = core_limits.parse(config, key, value)
     reason = check_reason(reason)
     async with db.begin() as conn:
@@ -120,6 +162,7 @@ async def put(
 
 async def remove(db: Database, caller: Caller, *, key: str, request_id: str = "") -> LimitRecord:
     """Unset `key`: berth.toml's value is in force again from the next pass."""
+    check_may_change(caller, key)
     async with db.begin() as conn:
         removed = await limits_q.remove(conn, key=key)
         if removed is None:

@@ -11,10 +11,13 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+import msgspec
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service import protocol
+from service.config import Config
+from service.core import bounds
 from service.core.errors import Unavailable
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
@@ -87,11 +90,15 @@ class Verdicts:
         return Verdicts(self.stale | other.stale, self.requeued + other.requeued)
 
 
-async def apply(db: Database, batch: Reports) -> Verdicts:
-    """Apply a batch; raise Unavailable (keep the batch, retry) when the database is away."""
+async def apply(db: Database, batch: Reports, *, in_force: Config | None = None) -> Verdicts:
+    """Apply a batch; raise Unavailable (keep the batch, retry) when the database is away.
+
+    With `in_force` (berth.toml with the limits), outputs and saves that would take a tenant
+    past its max_stored_gb are not kept, and a result whose outputs were not says why.
+    """
     try:
         async with db.begin() as conn:
-            return await _apply(conn, batch)
+            return await _apply(conn, batch, in_force)
     except Unavailable:
         raise
     except Exception as exc:  # a report the database refuses: isolate it, keep the rest
@@ -100,7 +107,7 @@ async def apply(db: Database, batch: Reports) -> Verdicts:
     for one in batch.singles():
         try:
             async with db.begin() as conn:
-                verdicts = verdicts.merge(await _apply(conn, one))
+                verdicts = verdicts.merge(await _apply(conn, one, in_force))
         except Unavailable:
             raise  # what was applied stays; a retry applies it again harmlessly
         except Exception as exc:
@@ -123,7 +130,7 @@ async def _reject(db: Database, one: Reports, exc: Exception) -> Verdicts:
         error="the worker's result could not be stored; see the server log",
     )
     async with db.begin() as conn:
-        return await _apply(conn, Reports(finished=[(worker, stand_in)]))
+        return await _apply(conn, Reports(finished=[(worker, stand_in)]), None)
 
 
 def _describe(one: Reports) -> str:
@@ -133,8 +140,11 @@ def _describe(one: Reports) -> str:
     return "nothing"
 
 
-async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
-    ending = {(f.job, f.epoch) for _, f in batch.finished}
+async def _apply(conn: AsyncConnection, batch: Reports, in_force: Config | None) -> Verdicts:
+    results = batch.finished
+    if in_force is not None:
+        results = await _outputs_within_bounds(conn, results, in_force)
+    ending = {(f.job, f.epoch) for _, f in results}
     # A job that also finishes in this flush skips 'running': finish sets started_at itself.
     started = await reports_q.start_many(
         conn, [(f.job, f.epoch, w.id) for w, f in batch.started if (f.job, f.epoch) not in ending]
@@ -142,20 +152,18 @@ async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
     output = await reports_q.output_many(
         conn, [(o.job, o.epoch, w.id, o.seq, o.stream, o.data) for w, o in batch.output]
     )
-    await _keep_metrics_and_saved(conn, batch)
+    await _keep_metrics_and_saved(conn, batch, in_force)
     finished = await reports_q.finish_many(
         conn,
         [
             (f.job, f.epoch, w.id, w.name, f.state, f.exit_code, clean_text(f.error))
-            for w, f in batch.finished
+            for w, f in results
         ],
     )
     await _keep_outputs(
-        conn, [(w, f) for w, f in batch.finished if (f.job, f.epoch) in finished], finished
+        conn, [(w, f) for w, f in results if (f.job, f.epoch) in finished], finished
     )
-    refused = [
-        (f.job, f.epoch, w.id) for w, f in batch.finished if (f.job, f.epoch) not in finished
-    ]
+    refused = [(f.job, f.epoch, w.id) for w, f in results if (f.job, f.epoch) not in finished]
     resent = await reports_q.already_finished(conn, refused)
     given = await reports_q.give_back_many(
         conn, [(g.job, g.epoch, w.id) for w, g in batch.gave_back]
@@ -170,7 +178,7 @@ async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
     for w, o in batch.output:
         if (o.job, o.epoch) not in output:
             stale.add((w.id, o.job, o.epoch))
-    for w, f in batch.finished:
+    for w, f in results:
         if (f.job, f.epoch) not in finished and (f.job, f.epoch) not in resent:
             stale.add((w.id, f.job, f.epoch))
     for worker_id, job, epoch in stale:
@@ -181,10 +189,56 @@ async def _apply(conn: AsyncConnection, batch: Reports) -> Verdicts:
     return Verdicts(stale=stale, requeued=len(finished) + len(given))
 
 
-async def _keep_metrics_and_saved(conn: AsyncConnection, batch: Reports) -> None:
+async def _outputs_within_bounds(
+    conn: AsyncConnection,
+    results: list[tuple[WorkerRecord, protocol.Finished]],
+    in_force: Config,
+) -> list[tuple[WorkerRecord, protocol.Finished]]:
+    """The results, each past its tenant's max_stored_gb replaced by one without outputs.
+
+    The replacement says why (and failed, had it succeeded): nothing of its outputs is kept.
+    """
+    with_outputs = [(w, f) for w, f in results if f.outputs]
+    if not with_outputs or not bounds.stores_bounded(in_force):
+        return results
+    tenants = await reports_q.live_jobs(conn, [(f.job, f.epoch, w.id) for w, f in with_outputs])
+    refused = await artifacts.over_stored(
+        conn,
+        [
+            artifacts.Bringing(
+                (f.job, f.epoch), tenant, tuple((a.sha256, a.size) for a in f.outputs)
+            )
+            for _, f in with_outputs
+            if (tenant := tenants.get((f.job, f.epoch))) is not None
+        ],
+        in_force,
+    )
+    if not refused:
+        return results
+    out = []
+    for w, f in results:
+        why = refused.get((f.job, f.epoch))
+        if why is None:
+            out.append((w, f))
+            continue
+        log.warning("outputs_refused_over_bound", job=f.job, epoch=f.epoch, reason=why)
+        without = msgspec.structs.replace(
+            f,
+            outputs=(),
+            state="failed" if f.state == "succeeded" else f.state,
+            error=(f.error + "; " if f.error else "") + f"its outputs were not kept: {why}",
+        )
+        out.append((w, without))
+    return out
+
+
+async def _keep_metrics_and_saved(
+    conn: AsyncConnection, batch: Reports, in_force: Config | None
+) -> None:
     """Metrics merge into their job, saved artifacts are referenced for its tenant.
 
-    Both only under the reporting worker's live lease.
+    Both only under the reporting worker's live lease; a save past its tenant's max_stored_gb
+    is not kept (a save through this server was refused before it was stored).
     """
     items = [(m.job, m.epoch, w.id) for w, m in batch.metrics]
     items += [(s.job, s.epoch, w.id) for w, s in batch.saved]
@@ -202,6 +256,16 @@ async def _keep_metrics_and_saved(conn: AsyncConnection, batch: Reports) -> None
         saved.append(
             artifacts.Reported(tuple(w.tenants), tenant, s.sha256, s.size, "upload", s.job)
         )
+    if in_force is not None and saved and bounds.stores_bounded(in_force):
+        refused = await artifacts.over_stored(
+            conn,
+            [artifacts.Bringing(i, r.tenant, ((r.sha256, r.size),)) for i, r in enumerate(saved)],
+            in_force,
+        )
+        for i, r in enumerate(saved):
+            if i in refused:
+                log.warning("saved_refused_over_bound", job=r.job_id, reason=refused[i])
+        saved = [r for i, r in enumerate(saved) if i not in refused]
     await artifacts.reference_reported(conn, saved)
 
 
@@ -212,8 +276,13 @@ async def _keep_outputs(
 ) -> None:
     """A result accepted: its outputs are referenced for the job's tenant and recorded.
 
-    An output the server cannot vouch for (see `artifacts.reference_reported`) is left out.
+    An output the server cannot vouch for (see `artifacts.reference_reported`) is left out. A
+    job's outputs are what its result lists: outputs written for it that the result does not
+    list (its worker could not keep them all, or a bound refused them) are let go.
     """
+    await artifacts.drop_unlisted_outputs(
+        conn, [(f.job, [a.sha256 for a in f.outputs]) for _, f in accepted]
+    )
     with_outputs = [(w, f) for w, f in accepted if f.outputs]
     if not with_outputs:
         return

@@ -21,15 +21,16 @@ from service.cas.base import Store, get_file, put_open
 from service.cas.http import HttpStore
 
 
-def for_job(store: Store | None, lease: protocol.Lease) -> Store | None:
-    """The store as a job's writes should reach it.
+def for_job(store: Store | None, lease: protocol.Lease, what: str = "output") -> Store | None:
+    """The store as a job's writes should reach it: its outputs, or (`upload`) its saves.
 
     Through a server, a write names the job and its epoch, so the server references the blob
     for the job's tenant while the lease is live: a tenant-bound worker may not write blobs its
     tenants do not hold otherwise, and the server trusts its outputs only as written this way.
+    Outputs and saves are told apart: a job's outputs are what its result lists.
     """
     if isinstance(store, HttpStore):
-        return store.writing_with({"job": lease.job, "epoch": lease.epoch, "what": "output"})
+        return store.writing_with({"job": lease.job, "epoch": lease.epoch, "what": what})
     return store
 
 

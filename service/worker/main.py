@@ -30,6 +30,7 @@ from service import __version__, protocol
 from service.cas.base import Store
 from service.cas.factory import open_store
 from service.config import Cas
+from service.core.bounds import RELAY_MAX_SAVE_GB, gb_bytes
 from service.worker import artifacts, credential, host, workdirs
 from service.worker.jobusers import DEFAULT_RANGE, NoFreeUid, Users
 from service.worker.outbox import DEFAULT_LIMIT, Outbox
@@ -470,10 +471,13 @@ class Worker:
 
         return Relay(
             socket_path=workdir / ".berth" / "relay.sock",
-            store=artifacts.for_job(self.store, lease),
+            store=artifacts.for_job(self.store, lease, "upload"),
             api=api,
             emit=emit,
             saved=saved,
+            max_save=gb_bytes(
+                self.welcome.relay_max_save_gb if self.welcome else RELAY_MAX_SAVE_GB
+            ),
         )
 
     def _report(self, make: Callable[[int], protocol.Report]) -> None:

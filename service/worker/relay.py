@@ -7,8 +7,9 @@ the server runs them as `job:<id>` with a member's powers in the job's tenant; a
 to the store directly, and the server references them for the job's tenant (fenced by lease).
 
 Nothing the job sends is trusted: the secret is compared in constant time, a request line is
-capped, a `save` is exactly `size` bytes, and a `load` is answered only for an artifact the
-job's tenant holds (the server checks, as the job).
+capped, a `save` is exactly `size` bytes and all of a job's saves together at most
+`max_save` ([executor] relay_max_save_gb, from the welcome), and a `load` is answered only for
+an artifact the job's tenant holds (the server checks, as the job).
 """
 
 import asyncio
@@ -26,6 +27,7 @@ from typing import Any
 from service import protocol
 from service.cas.base import CasError, Store, check_name
 from service.cas.files import CHUNK
+from service.core.bounds import RELAY_MAX_SAVE_GB, gb_bytes, shown_bytes
 
 MAX_LINE = 1 << 20
 
@@ -41,8 +43,12 @@ class Relay:
     api: ApiCall
     emit: Callable[[dict[str, float]], bool]  # False: the outbox is full, try later
     saved: Callable[[str, int], Awaitable[bool]]  # True once the server referenced it
+    # What this job may save through its relay, all saves together ([executor]
+    # relay_max_save_gb, from the welcome).
+    max_save: int = gb_bytes(RELAY_MAX_SAVE_GB)
     secret: str = field(default_factory=lambda: stdlib_secrets.token_urlsafe(32))
     live: bool = True
+    _saved: int = 0  # bytes of the saves taken so far (counted when each begins)
     _server: asyncio.base_events.Server | None = None
     _open: set[asyncio.StreamWriter] = field(default_factory=set)
 
@@ -128,7 +134,25 @@ class Relay:
             return
         if size < 0:
             raise ValueError("size must be >= 0")
-        sha, stored = await self.store.put(_exactly(reader, size))
+        if self._saved + size > self.max_save:
+            # Security: a job's saves are bounded, so one job cannot fill the store all tenants
+            # share; the size is checked before a byte of the body is read.
+            await _answer(
+                writer,
+                {
+                    "error": f"this save of {shown_bytes(size)} would pass "
+                    f"executor.relay_max_save_gb = {shown_bytes(self.max_save)}, what one job may "
+                    f"save through its relay (it saved {shown_bytes(self._saved)} so far); "
+                    "nothing was saved"
+                },
+            )
+            return
+        self._saved += size  # counted before the put: saves running at once cannot pass it
+        try:
+            sha, stored = await self.store.put(_exactly(reader, size))
+        except BaseException:
+            self._saved -= size
+            raise
         if not await self.saved(sha, stored):
             await _answer(writer, {"error": "the artifact could not be referenced (lease ended?)"})
             return

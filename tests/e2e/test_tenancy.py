@@ -110,8 +110,9 @@ class TestTenancy:
         )
         assert r.status_code == 404 and BLOB_SHA in r.text, r.text
         assert not call(s, "GET", "/api/v1/jobs", ADMIN, params={"tenant": "alpha"}).json()
+        # Answered as an upload of a new blob: nothing says bravo stored it first.
         r = call(s, "PUT", f"/api/v1/cas/{BLOB_SHA}", ALPHA_MEMBER, content=BLOB)
-        assert r.status_code == 200 and "bravo" not in r.text, r.text
+        assert r.status_code == 201 and "bravo" not in r.text, r.text
         assert call(s, "GET", f"/api/v1/cas/{BLOB_SHA}", ALPHA_MEMBER).content == BLOB
         assert call(s, "GET", f"/api/v1/cas/{BLOB_SHA}", BRAVO).content == BLOB
         # And bravo still sees its own.

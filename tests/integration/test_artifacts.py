@@ -176,14 +176,15 @@ class TestTenantRoutes:
         assert r.status_code == 200 and r.text.strip() == await server(cas).id()
 
     async def test_head_first_then_a_second_put_is_a_no_op(self, cas):
-        """HEAD says 404 before and the size after an upload; a second put answers 200."""
+        """HEAD says 404 before and the size after an upload; a second put answers as the
+        first did (201: an upload never says whether the store had the blob)."""
         data = blob(1000, seed=1)
         r = await cas.call("HEAD", f"{TENANT}/{sha(data)}")
         assert r.status_code == 404
         assert (await put(cas, data)).status_code == 201
         r = await cas.call("HEAD", f"{TENANT}/{sha(data)}")
         assert r.status_code == 200 and r.headers["content-length"] == "1000"
-        assert (await put(cas, data)).status_code == 200
+        assert (await put(cas, data)).status_code == 201
         assert [x[:3] for x in await refs(cas.rt.db, sha(data))] == [
             ("default", "upload", 1000)
         ] * 2
@@ -223,7 +224,7 @@ class TestTenantRoutes:
                     conn, [artifacts.Named("b", sha(data), "input", 1)], by="t", gc_days=30
                 )
         # b may hold it too, by sending the bytes: then b reads it, and a's reference is intact.
-        assert (await put(cas, data, b)).status_code == 200
+        assert (await put(cas, data, b)).status_code == 201
         assert (await cas.call("GET", f"{TENANT}/{sha(data)}", b)).content == data
         assert [x[0] for x in await refs(cas.rt.db, sha(data))] == ["a", "b"]
 
@@ -389,6 +390,7 @@ class TestCollector:
         data = blob(3 * MIB, seed=18)
         assert (await put(cas, data)).status_code == 201
         await age_refs(cas.rt.db, sha(data), days=31)
+        first = on_disk(cas, sha(data)).stat().st_ino
         go = asyncio.Event()
 
         async def body() -> AsyncIterator[bytes]:
@@ -403,8 +405,9 @@ class TestCollector:
         async with cas.rt.db.begin() as conn:
             assert not await artifact_gc.delete_if_unheld(conn, server(cas), sha256=sha(data))
         go.set()
-        assert (await upload).status_code == 200
-        assert on_disk(cas, sha(data)).exists()
+        assert (await upload).status_code == 201
+        # The file the first upload wrote, never deleted and written again.
+        assert on_disk(cas, sha(data)).stat().st_ino == first
         assert (await cas.call("GET", f"{TENANT}/{sha(data)}")).content == data
 
 

@@ -304,3 +304,84 @@ class TestListenHelpers:
     def test_is_loopback(self, host, loopback):
         """Only `localhost` and loopback addresses count as loopback."""
         assert is_loopback(host) is loopback
+
+
+class TestBounds:
+    def test_defaults(self, absent):
+        """The bounds take SPEC section 3's defaults; every tenant lives under them."""
+        config = load(absent, environ={})
+        assert config.cas.max_blob_gb == 50.0
+        assert config.executor.relay_max_save_gb == 10.0
+        assert config.executor.relay_max_in_flight == 8
+        bounds = config.tenant_bounds("anyone")
+        assert (bounds.max_queued, bounds.max_stored_gb) == (100000, 0.0)
+        assert bounds.key("max_queued") == "tenants.default.max_queued"
+
+    def test_tenant_tables_load_and_fall_back_to_default(self, tmp_path):
+        """[tenants.default] sets every tenant's bounds; [tenants.T] overrides only the keys
+        it sets, the others still [tenants.default]'s."""
+        path = tmp_path / "berth.toml"
+        path.write_text(
+            """
+[executor]
+relay_max_save_gb = 0.5
+relay_max_in_flight = 2
+
+[cas]
+max_blob_gb = 1.5
+
+[tenants.default]
+max_queued = 50
+max_stored_gb = 20.0
+
+[tenants."ml.team"]
+max_queued = 5
+"""
+        )
+        config = load(path, environ={})
+        assert (config.executor.relay_max_save_gb, config.executor.relay_max_in_flight) == (0.5, 2)
+        assert config.cas.max_blob_gb == 1.5
+        ml = config.tenant_bounds("ml.team")
+        assert (ml.max_queued, ml.max_stored_gb) == (5, 20.0)
+        assert ml.key("max_queued") == "tenants.ml.team.max_queued"
+        assert ml.key("max_stored_gb") == "tenants.default.max_stored_gb"
+        other = config.tenant_bounds("other")
+        assert (other.max_queued, other.max_stored_gb) == (50, 20.0)
+
+    @pytest.mark.parametrize(
+        ("data", "words"),
+        [
+            ({"tenants": {"a": {"max_queued": -1}}}, "tenants.a.max_queued must be a whole"),
+            ({"tenants": {"a": {"max_queued": 2**31}}}, "tenants.a.max_queued must be a whole"),
+            ({"tenants": {"a": {"max_queued": 1.5}}}, "$.tenants[...].max_queued"),
+            ({"tenants": {"default": {"max_stored_gb": -0.5}}}, "tenants.default.max_stored_gb"),
+            ({"tenants": {"a": {"max_stored_gb": float("inf")}}}, "tenants.a.max_stored_gb"),
+            ({"tenants": {"a": {"max_stored_gb": float("nan")}}}, "tenants.a.max_stored_gb"),
+            ({"tenants": {"-a": {}}}, "tenants.-a: a tenant is"),
+            ({"tenants": {"a": {"max_queue": 1}}}, "`max_queue`"),
+            ({"tenants": {"a": {"max_running": 1}}}, "`max_running`"),
+            ({"cas": {"max_blob_gb": 0}}, "cas.max_blob_gb must be a finite number above 0"),
+            ({"cas": {"max_blob_gb": float("inf")}}, "cas.max_blob_gb"),
+            ({"executor": {"relay_max_save_gb": -1}}, "executor.relay_max_save_gb"),
+            ({"executor": {"relay_max_save_gb": float("nan")}}, "executor.relay_max_save_gb"),
+            ({"executor": {"relay_max_in_flight": 0}}, "executor.relay_max_in_flight"),
+            ({"executor": {"relay_max_in_flight": 1.5}}, "$.executor.relay_max_in_flight"),
+        ],
+    )
+    def test_bad_values_are_refused_naming_the_key(self, absent, data, words):
+        """A bound that is negative, not finite, fractional where whole, or unknown is refused
+        with a message naming its key."""
+        with pytest.raises(Invalid) as info:
+            load(absent, environ=overlay(data))
+        assert words in info.value.message
+
+    def test_zero_is_a_bound_where_it_means_one(self, absent):
+        """max_queued = 0 (a tenant may queue nothing) and relay_max_save_gb = 0 load."""
+        config = load(
+            absent,
+            environ=overlay(
+                {"tenants": {"a": {"max_queued": 0}}, "executor": {"relay_max_save_gb": 0}}
+            ),
+        )
+        assert config.tenant_bounds("a").max_queued == 0
+        assert config.executor.relay_max_save_gb == 0.0

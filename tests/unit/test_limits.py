@@ -42,6 +42,11 @@ class TestKeys:
             pytest.param("pools.serve.min_disk_gb", "1e2", 100.0, id="min-disk-exponent"),
             pytest.param("pools.gpu.provisioner.max", "0", 0, id="provisioner-max"),
             pytest.param("pools.gpu.provisioner.idle_seconds", "0.5", 0.5, id="idle-seconds"),
+            pytest.param("tenants.ml.max_queued", "10", 10, id="tenant-max-queued"),
+            pytest.param("tenants.ml.max_queued", 0, 0, id="tenant-max-queued-zero"),
+            pytest.param("tenants.default.max_queued", 5, 5, id="default-max-queued"),
+            pytest.param("tenants.a.b.max_stored_gb", "0.5", 0.5, id="dotted-tenant-stored"),
+            pytest.param("tenants.ml.max_stored_gb", 0, 0.0, id="tenant-stored-no-bound"),
         ],
     )
     def test_accepted(self, key, raw, expected):
@@ -77,6 +82,12 @@ class TestKeys:
             pytest.param("pools.gpu.max_load", 10**400, "finite number", id="huge-int-load"),
             pytest.param("pools.gpu.provisioner.idle_seconds", 0, "> 0", id="zero-idle"),
             pytest.param("pools.gpu.provisioner.idle_seconds", None, "> 0", id="null-idle"),
+            pytest.param("tenants.ml.max_queued", "-1", "whole number >= 0", id="neg-queued"),
+            pytest.param("tenants.ml.max_queued", 2.5, "whole number", id="frac-queued"),
+            pytest.param("tenants.ml.max_stored_gb", "inf", "finite number", id="inf-stored"),
+            pytest.param("tenants.ml.max_stored_gb", -1, "finite number >= 0", id="neg-stored"),
+            pytest.param("tenants.ml.max_slots", 1, "tenants.T.max_queued", id="tenant-field"),
+            pytest.param("tenants.-x.max_queued", 1, "a tenant is", id="bad-tenant-name"),
         ],
     )
     def test_refused_naming_the_key(self, key, raw, says):
@@ -173,6 +184,29 @@ class TestEffective:
         assert eff.pool_specs()["serve"].slots == {"default": 2, "eval": 1}
         assert eff.pool_specs()["serve"].max_load == 4.0
         assert eff.builtin_worker() == base.builtin_worker()
+
+    def test_tenant_bounds(self):
+        """tenants.T.* override T's bounds and tenants.default.* every tenant without its own;
+        berth.toml's [tenants.T] keys stay in force where no limit is set."""
+        base = config({"tenants": {"a": {"max_stored_gb": 2.0}, "default": {"max_queued": 7}}})
+        assert limits.default(base, "tenants.a.max_queued") == 7
+        assert limits.default(base, "tenants.a.max_stored_gb") == 2.0
+        assert limits.default(base, "tenants.new.max_stored_gb") == 0.0
+        eff = limits.effective(
+            base,
+            {
+                "tenants.a.max_queued": "3",
+                "tenants.default.max_stored_gb": 9,
+                "tenants.b.max_queued": 1,
+            },
+        )
+        a, b, c = (eff.tenant_bounds(t) for t in ("a", "b", "c"))
+        assert (a.max_queued, a.max_stored_gb) == (3, 2.0)
+        assert (b.max_queued, b.max_stored_gb) == (1, 9.0)
+        assert (c.max_queued, c.max_stored_gb) == (7, 9.0)
+        assert b.key("max_queued") == "tenants.b.max_queued"
+        assert base.tenant_bounds("a").max_queued == 7  # berth.toml's config is not changed
+        assert limits.unfit(base, {"tenants.zz.max_queued": 1}) == {}
 
     def test_no_overrides_is_the_same_config(self):
         """Nothing set: the config itself comes back."""

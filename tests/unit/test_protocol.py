@@ -138,6 +138,23 @@ class TestRoundTrip:
         """Each frame carries its versioned tag in the `type` field."""
         assert json.loads(p.encode(frame))["type"] == tag
 
+    def test_welcome_carries_the_save_bound_and_reads_one_without_it(self):
+        """The welcome carries relay_max_save_gb; a welcome without it (an older server) reads
+        as berth.toml's default, 10 GB."""
+        frame = p.Welcome(
+            name="w",
+            heartbeat_seconds=1,
+            unreachable_seconds=3,
+            evict_seconds=6,
+            kill_grace_seconds=0.5,
+            relay_max_save_gb=0.25,
+        )
+        raw = json.loads(p.encode(frame))
+        assert raw["relay_max_save_gb"] == 0.25
+        del raw["relay_max_save_gb"]
+        older = p.decode_to_worker(json.dumps(raw).encode())
+        assert isinstance(older, p.Welcome) and older.relay_max_save_gb == 10.0
+
     def test_output_is_bytes_on_the_wire(self):
         """Output travels as base64: a NUL or an invalid UTF-8 byte arrives as it was."""
         raw = p.encode(p.Output(seq=1, job=1, epoch=1, stream="stdout", data=b"\x00\xff"))

@@ -61,8 +61,24 @@ class Hub:
             await self.notices.exit_if_drained(session)
 
     def relay(self, session: Session, ask: protocol.RelayRequest) -> None:
-        """A job's call, answered on its own task (it may take a while; the reader goes on)."""
-        self._spawn(relay.answer(self.rt, session, ask))
+        """A job's call, answered on its own task (it may take a while; the reader goes on).
+
+        At most [executor] relay_max_in_flight of one session's calls at once: past it, the
+        call is answered 429 at once, so jobs cannot make this server hold without end tasks
+        (and database connections) for one worker; its beats and reports go on.
+        """
+        bound = self.rt.config.executor.relay_max_in_flight
+        if session.relays >= bound:
+            session.send(relay.too_many(ask, bound))
+            return
+        session.relays += 1
+        self._spawn(self._relay(session, ask))
+
+    async def _relay(self, session: Session, ask: protocol.RelayRequest) -> None:
+        try:
+            await relay.answer(self.rt, session, ask)
+        finally:
+            session.relays -= 1
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)

@@ -41,6 +41,18 @@ def allowed(method: str, path: str) -> bool:
     return any(method == m and pattern.match(path) for m, pattern in ALLOWED)
 
 
+def too_many(ask: protocol.RelayRequest, bound: int) -> protocol.RelayResponse:
+    """The answer to a call past the session's bound on relayed calls in flight."""
+    return protocol.RelayResponse(
+        id=ask.id,
+        status=429,
+        body=_error(
+            f"this worker has {bound} relayed calls in flight, its executor.relay_max_in_flight "
+            f"= {bound}; retry when one is answered"
+        ),
+    )
+
+
 async def answer(rt: Runtime, session: Session, ask: protocol.RelayRequest) -> None:
     """Run one relayed call and send its answer to the worker."""
     status, body = await _run(rt, session, ask)

@@ -45,7 +45,7 @@ class ReportBatcher:
             batch, self._batch = self._batch, reports.Reports()
             upto, self._upto = self._upto, {}
             try:
-                verdicts = await reports.apply(self.rt.db, batch)
+                verdicts = await reports.apply(self.rt.db, batch, in_force=self.rt.effective)
             except Unavailable as exc:  # keep it all, newer reports after it, and try again
                 log.warning("reports_not_written", error=exc.message, count=len(batch))
                 batch.extend(self._batch)

@@ -30,6 +30,7 @@ class Session:
     closed: bool = False
     left: bool = False  # it said bye: it stopped on purpose
     revoked: bool = False  # its credential was revoked: only its bye is taken now
+    relays: int = 0  # its jobs' relayed calls being answered now ([executor] relay_max_in_flight)
     _queue: asyncio.Queue[protocol.Frame] = field(
         default_factory=lambda: asyncio.Queue(maxsize=SEND_QUEUE)
     )

@@ -139,6 +139,7 @@ def _welcome(rt: Runtime, attached: leasing.Attached) -> protocol.Welcome:
         cas=artifacts.for_worker(rt.cas_access, attached.worker.tenants)
         if rt.cas_access is not None
         else None,
+        relay_max_save_gb=ex.relay_max_save_gb,
     )
 
 

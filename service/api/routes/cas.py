@@ -3,9 +3,12 @@
 Both follow the store contract of service/cas/http.py (`.id`, HEAD, GET with ranges, PUT), so
 `HttpStore` is their client. Tenants reach a blob only through a reference their tenant holds
 (else 404, as for a blob that does not exist); the tenant is `?tenant=T`, else the caller's own
-(an admin's: "default"). Workers: a fleet-wide one reaches any blob, a tenant-bound one its
-tenants' blobs; `PUT ...?job=ID&epoch=N&what=output|log` references the blob for that job
-while (job, epoch) is the worker's live lease (409 when stale). `.list` and DELETE are served
+(an admin's: "default"). A tenant's PUT answers 201 with the same body whether or not the
+store had the blob (its body is read and checked either way), so it tells nothing of other
+tenants; past [cas] max_blob_gb it is 413, past the tenant's max_stored_gb 429, each naming the
+key. Workers: a fleet-wide one reaches any blob, a tenant-bound one its tenants' blobs;
+`PUT ...?job=ID&epoch=N&what=output|log|upload` references the blob for that job while
+(job, epoch) is the worker's live lease (409 when stale). `.list` and DELETE are served
 only by `berth cas serve`, to the installation.
 """
 
@@ -74,7 +77,7 @@ async def get_blob(
 async def put_blob(
     request: Request[Any, Any, Any], sha256: FromPath[str], tenant: FromQuery[str | None] = None
 ) -> Response[dict[str, Any]]:
-    """Upload a blob for the tenant: 201 stored, 200 it was there, 422 not its hash."""
+    """Upload a blob for the tenant: 201 kept (new or not), 422 not its hash, 413/429 a bound."""
     rt = runtime_of(request)
     caller = await identify(request)
     result = await artifacts.upload(
@@ -84,9 +87,11 @@ async def put_blob(
         sha256=sha256,
         chunks=request.stream(),
         tenant=tenant,
+        in_force=rt.effective,
+        declared=cas_wire.content_length(request),
         request_id=request_id(request),
     )
-    return cas_wire.stored(result)
+    return cas_wire.kept(result)
 
 
 # -- workers ---------------------------------------------------------------------------------
@@ -141,8 +146,10 @@ async def worker_put_blob(
         job=job,
         epoch=epoch,
         what=what,
+        in_force=rt.effective,
     )
-    return cas_wire.stored(result)
+    # As a tenant's: a tenant-bound worker is a tenant's own machine.
+    return cas_wire.kept(result)
 
 
 HANDLERS = [

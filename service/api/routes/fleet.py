@@ -93,6 +93,6 @@ async def pools(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
 async def status(request: Request[Any, Any, Any]) -> dict[str, Any]:
     rt = runtime_of(request)
     caller = await identify(request)
-    out = await fleet.status(rt.db, rt.limits, tenants=fleet.named_for(caller))
+    out = await fleet.status(rt.db, rt.limits, tenants=fleet.named_for(caller), shown_to=caller)
     out["server"] = {"id": rt.server_id, "version": rt.version}
     return out

@@ -128,6 +128,7 @@ async def submit(request: Request[Any, Any, Any]) -> dict[str, Any]:
         caller,
         [_spec(b) for b in bodies],
         rt.pools,
+        in_force=rt.effective,
         request_id=request_id(request),
         cas=rt.cas,
     )

@@ -30,9 +30,13 @@ class LimitBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 @get("/api/v1/limits", opt={"perm": Perm.FLEET_READ})
 async def list_limits(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
-    """Every limit set: value, berth.toml's value (`default`), who, when, why."""
+    """Every limit set that the caller may see: value, berth.toml's (`default`), who, when, why.
+
+    A caller that is not fleet-wide sees no other tenant's keys.
+    """
     rt = runtime_of(request)
-    return (await limits.in_force(rt.db, rt.config)).shown()
+    caller = await identify(request)
+    return (await limits.in_force(rt.db, rt.config)).shown(to=caller)
 
 
 @put("/api/v1/limits/{key:str}", opt={"perm": Perm.FLEET_WRITE}, status_code=200)

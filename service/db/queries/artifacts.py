@@ -133,6 +133,19 @@ async def held_size(
     return None if size is None else int(size)
 
 
+async def stored_bytes(conn: AsyncConnection, *, tenant: str, gc: float) -> int:
+    """Bytes of the distinct blobs `tenant`'s complete references keep in the store now."""
+    row = await conn.execute(
+        text(
+            f"SELECT coalesce(sum(s.size), 0) FROM ("  # noqa: S608  (constant fragments only)
+            f"  SELECT max(r.size) AS size FROM {_FROM} "
+            f"  WHERE r.tenant = :tenant AND r.size >= 0 AND {_HOLDS} GROUP BY r.sha256) AS s"
+        ),
+        {"tenant": tenant, "gc": gc},
+    )
+    return int(row.scalar_one())
+
+
 async def insert_many(conn: AsyncConnection, refs: Sequence[Ref]) -> None:
     """Complete references, one statement for all (and one for their blobs' locks)."""
     if not refs:
@@ -171,6 +184,23 @@ async def held_sizes(
         {"tenant": tenant, "shas": list(set(shas)), "gc": gc},
     )
     return {r[0]: int(r[1]) for r in rows}
+
+
+async def drop_outputs_except(
+    conn: AsyncConnection, listed: Sequence[tuple[int, Sequence[str]]]
+) -> None:
+    """Delete each job's `output` references except to the blobs listed for it; one statement."""
+    if not listed:
+        return
+    await conn.execute(
+        text(
+            "DELETE FROM cas_refs r "
+            "USING unnest(CAST(:jobs AS bigint[]), CAST(:keep AS text[])) AS v(job, keep) "
+            "WHERE r.job_id = v.job AND r.what = 'output' "
+            "  AND NOT r.sha256 = ANY(string_to_array(v.keep, ','))"
+        ),
+        {"jobs": [job for job, _ in listed], "keep": [",".join(shas) for _, shas in listed]},
+    )
 
 
 async def written_for_jobs(

@@ -4,7 +4,9 @@ Every read of job data takes `tenants` (None: all, for admins) and filters on it
 """
 
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, select, text
@@ -33,45 +35,103 @@ async def ensure_tenants(conn: AsyncConnection, names: Sequence[str]) -> None:
         )
 
 
-_SUBMIT_SQL = """
+# The tenants' bounds on queued jobs are checked in the statement that inserts: no round trip
+# of its own and no lock. Concurrent submits each count what is committed, so together they may
+# overshoot a bound by what they add at once (documented: the bound is not exact under races).
+# A batch that would take any of its tenants past its bound inserts nothing (and audits and
+# wakes nothing); the statement then returns one `over` row per such tenant instead of jobs.
+_SUBMIT_SQL = (
+    """
 WITH r AS (
     SELECT * FROM jsonb_to_recordset(CAST(:jobs AS jsonb)) AS r(
         n int, tenant text, kind text, pool text, labels text[], device_policy text,
         command text[], python text, python_sha256 text, env jsonb, secrets jsonb,
         inputs jsonb, repo text, timeout_seconds float8, max_attempts int, priority int,
         created_by text)
+), over AS (
+    -- One row per tenant of the batch (arrays, so the planner knows how few: a cheap plan).
+    -- Counting stops past the bound (LIMIT): a tenant with a long queue costs no more than that.
+    SELECT * FROM (
+        SELECT v.tenant, v.adding, v.bound,
+               (SELECT count(*) FROM (SELECT 1 FROM jobs q
+                                      WHERE q.tenant = v.tenant AND q.state = 'queued'
+                                      ORDER BY q.priority DESC, q.id  -- ix_jobs_queued's order
+                                      LIMIT v.bound + 1) AS x) AS queued
+        FROM unnest(CAST(:tenants AS text[]), CAST(:adding AS bigint[]),
+                    CAST(:bounds AS bigint[])) AS v(tenant, adding, bound)
+    ) AS c
+    WHERE queued + adding > bound
 ), t AS (
-    INSERT INTO tenants (name) SELECT DISTINCT tenant FROM r ON CONFLICT DO NOTHING
+    INSERT INTO tenants (name) SELECT DISTINCT tenant FROM r
+    WHERE NOT EXISTS (SELECT 1 FROM over) ON CONFLICT DO NOTHING
 ), j AS (
     INSERT INTO jobs (tenant, kind, pool, labels, device_policy, command, python,
                       python_sha256, env, secrets, inputs, repo, timeout_seconds, max_attempts,
                       priority, created_by)
     SELECT tenant, kind, pool, labels, device_policy, command, python, python_sha256, env,
            secrets, inputs, repo, timeout_seconds, max_attempts, priority, created_by
-    FROM r ORDER BY n
+    FROM r WHERE NOT EXISTS (SELECT 1 FROM over) ORDER BY n
     RETURNING {cols}
 ), wake AS (
-    SELECT pg_notify('{channel}', '')
+    SELECT pg_notify('{channel}', '') WHERE NOT EXISTS (SELECT 1 FROM over)
 )
-SELECT j.* FROM j CROSS JOIN wake ORDER BY j.id
-""".replace("{cols}", ", ".join(c.name for c in COLS)).replace("{channel}", JOBS_CHANNEL)
+SELECT j.*, NULL AS over_tenant, NULL AS over_adding, NULL AS over_bound, NULL AS over_queued
+FROM j LEFT JOIN wake ON true
+UNION ALL
+SELECT {nulls}, tenant, adding, bound, queued FROM over
+ORDER BY id, over_tenant
+""".replace("{cols}", ", ".join(c.name for c in COLS))
+    .replace("{channel}", JOBS_CHANNEL)
+    .replace("{nulls}", ", ".join(f"NULL AS {c.name}" for c in COLS))
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Over:
+    """A tenant a refused submit would have taken past its bound on queued jobs."""
+
+    tenant: str
+    adding: int  # jobs of the batch for it
+    bound: int
+    queued: int  # its queued jobs, counted up to bound + 1
 
 
 async def submit_many(
     conn: AsyncConnection,
     rows: Sequence[dict[str, Any]],
     *,
+    max_queued: Mapping[str, int],
     caller: str,
     request_id: str,
     on_behalf: str = "",
-) -> list[JobRecord]:
+) -> tuple[list[JobRecord], list[Over]]:
     """Queue jobs, make their tenants, audit the submit and wake every server.
 
     The hot path of `POST /api/v1/jobs`: two round trips whatever the batch size (the audit
-    entry is signed by this server once the ids are known, audit_q.append).
+    entry is signed by this server once the ids are known, audit_q.append). When the batch
+    would take a tenant's queued jobs past `max_queued[tenant]`, nothing is inserted and the
+    tenants over their bounds are returned instead: (jobs created, tenants over).
     """
     payload = [{"n": i, **row} for i, row in enumerate(rows)]
-    result = await conn.execute(text(_SUBMIT_SQL), {"jobs": json.dumps(payload)})
+    adding = Counter(row["tenant"] for row in rows)
+    result = (
+        await conn.execute(
+            text(_SUBMIT_SQL),
+            {
+                "jobs": json.dumps(payload),
+                "tenants": list(adding),
+                "adding": list(adding.values()),
+                "bounds": [max_queued[t] for t in adding],
+            },
+        )
+    ).all()
+    over = [
+        Over(r.over_tenant, int(r.over_adding), int(r.over_bound), int(r.over_queued))
+        for r in result
+        if r.over_tenant is not None
+    ]
+    if over:
+        return [], over
     made = [JobRecord.of(r) for r in result]
     if made:
         first, last = made[0].id, made[-1].id
@@ -92,7 +152,7 @@ async def submit_many(
                 }
             ],
         )
-    return made
+    return made, []
 
 
 async def notify_jobs(conn: AsyncConnection) -> None:
