@@ -65,14 +65,20 @@ def main(cfg: Config, *, host: str, port: int, builtin_worker: bool) -> int:
         migrate.upgrade(url)
     try:
         # uvloop: the server is all socket I/O (workers, clients, Postgres); uvloop halves its cost.
-        return uvloop.run(_serve(cfg, url, host, port, berth_home, builtin_worker))
+        return uvloop.run(_serve(cfg, url, host, port, berth_home, builtin_worker, embedded))
     finally:
         if embedded is not None:
             embedded.stop()
 
 
 async def _serve(  # noqa: PLR0917  (called once, from main)
-    cfg: Config, url: str, host: str, port: int, berth_home: Path, builtin_worker: bool
+    cfg: Config,
+    url: str,
+    host: str,
+    port: int,
+    berth_home: Path,
+    builtin_worker: bool,
+    embedded: Embedded | None,
 ) -> int:
     try:
         current = await migrate.is_current(url)
@@ -90,6 +96,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         version=__version__,
         pools=cfg.pool_specs(),
         secret_key=secrets.load_key(berth_home),
+        embedded=embedded,
     )
     cas = rt.cas = artifacts.open_server_store(cfg, home=berth_home, secret_key=rt.secret_key)
     # server_url "": a worker reaches a local store through the server it dialled, whichever.
@@ -137,6 +144,15 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     )
     async with asyncio.TaskGroup() as tg:
         web = tg.create_task(server.serve(), name="http")
+        if embedded is not None:  # Postgres is ours to keep up: it comes back when it dies
+            tg.create_task(
+                embedded.supervise(
+                    stop,
+                    check_seconds=cfg.database.embedded_check_seconds,
+                    max_backoff_seconds=cfg.database.embedded_restart_max_seconds,
+                ),
+                name="embedded-postgres",
+            )
         tg.create_task(hub.run(stop), name="hub")
         tg.create_task(limits.run(stop), name="limits")
 
