@@ -62,8 +62,9 @@ def main(cfg: Config, *, host: str, port: int, builtin_worker: bool) -> int:
     if not url:
         embedded = Embedded(berth_home)
         url = embedded.url
-        migrate.upgrade(url)
     try:
+        if embedded is not None:
+            migrate.upgrade(url)
         # uvloop: the server is all socket I/O (workers, clients, Postgres); uvloop halves its cost.
         return uvloop.run(_serve(cfg, url, host, port, berth_home, builtin_worker, embedded))
     finally:

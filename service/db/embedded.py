@@ -10,7 +10,7 @@ Where the data lives:
 - Root: Postgres may not run as root, so it runs as the user `embedded_postgres` with that
   user's group and no other. Postgres opens its files by absolute path all along (each
   checkpoint opens `global/pg_control`), so every folder on the way must stay passable for it:
-  the data lives in `/var/lib/berth/postgres-<id>` (0700 `embedded_postgres`, under a 0711
+  the data lives in `/var/lib/berth/postgres/<id>` (0700 `embedded_postgres`, under a 0711
   root folder), and `$BERTH_HOME/postgres` is a link to it. `$BERTH_HOME` then stays 0700 and
   no folder above it (`/root` for the default home) has to open for Postgres.
 - A home from an older berth (a real `$BERTH_HOME/postgres` folder, run as root) is moved there
@@ -52,7 +52,7 @@ from service.core.errors import Invalid, Unavailable
 log = structlog.get_logger(__name__)
 
 PG_USER = "embedded_postgres"  # whom Postgres runs as when berth runs as root
-DATA_ROOT = Path("/var/lib/berth")  # as root: the data folders, one per home
+DATA_ROOT = Path("/var/lib/berth/postgres")  # as root: the data folders, one per home
 SOCKET = ".s.PGSQL.5432"
 SUN_PATH_MAX = 107  # a Unix socket's path, in bytes, without its NUL
 START_SECONDS = 60
@@ -138,7 +138,7 @@ class Embedded:
             return self._move_out(link, moving)
         if moving.is_symlink():  # a move that stopped after its copy: finish it
             return self._move_out(link, moving)
-        target = DATA_ROOT / f"postgres-{uuid.uuid4().hex[:16]}"
+        target = DATA_ROOT / uuid.uuid4().hex[:16]
         link.symlink_to(target)
         return target
 
@@ -149,7 +149,7 @@ class Embedded:
         is whole, and the link takes the old name last.
         """
         if not moving.is_symlink():
-            moving.symlink_to(DATA_ROOT / f"postgres-{uuid.uuid4().hex[:16]}")
+            moving.symlink_to(DATA_ROOT / uuid.uuid4().hex[:16])
         target = moving.parent / moving.readlink()
         _data_root()
         if not (target / "PG_VERSION").exists():
@@ -440,18 +440,23 @@ def _postmaster_of(pgdata: Path) -> int | None:
 
 
 def _data_root() -> None:
-    """/var/lib/berth: root's, 0711 (Postgres passes through; nobody else lists or writes)."""
+    """/var/lib/berth/postgres: root's, 0711 (Postgres passes through; nobody else lists)."""
     try:
-        DATA_ROOT.mkdir(mode=0o711, parents=True, exist_ok=True)
+        DATA_ROOT.parent.mkdir(mode=0o755, parents=True, exist_ok=True)  # the worker's too
+        with contextlib.suppress(FileExistsError):
+            DATA_ROOT.mkdir(mode=0o711)
     except OSError as exc:
         raise Unavailable(
             f"cannot make {DATA_ROOT} for the embedded Postgres' data ({exc.strerror}): "
             "set [database] url, or run berth serve as a user other than root"
         ) from None
-    info = DATA_ROOT.lstat()
-    # Security: a folder someone else owns could swap a data folder for one of theirs.
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
-        raise Unavailable(f"refusing {DATA_ROOT} for the embedded Postgres: not root's folder")
+    # Security: a folder someone else may write to could swap a data folder for one of theirs.
+    for folder in (DATA_ROOT.parent, DATA_ROOT):
+        info = folder.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
+            raise Unavailable(
+                f"refusing {folder} for the embedded Postgres: not a folder only root may write"
+            )
     DATA_ROOT.chmod(0o711)
 
 

@@ -156,7 +156,7 @@ class TestEmbeddedStaysUp:
                 assert set(proc.gids()) == {grp.getgrnam("embedded_postgres").gr_gid}
                 assert status_field(first, "Groups") == ""
                 assert (s.home / "postgres").is_symlink()
-                assert Path(data_of(s)).parent == Path("/var/lib/berth")
+                assert Path(data_of(s)).parent == Path("/var/lib/berth/postgres")
                 assert stat.S_IMODE(Path(data_of(s)).stat().st_mode) == 0o700
             # Whatever anyone does to the folders above (pytest closes its own base folder,
             # an older berth set 0710), Postgres still reaches its data.
@@ -266,7 +266,7 @@ class TestEmbeddedStaysUp:
             assert not (home / "postgres" / ".handle_pids.json").exists()
             if os.geteuid() == 0:  # moved out of $BERTH_HOME, which is 0700 again
                 assert (home / "postgres").is_symlink()
-                assert Path(data_of(s)).parent == Path("/var/lib/berth")
+                assert Path(data_of(s)).parent == Path("/var/lib/berth/postgres")
                 assert stat.S_IMODE(home.stat().st_mode) == 0o700
                 assert [e["link"] for e in events(s, "embedded_postgres_moved")] == [
                     str(home / "postgres")
