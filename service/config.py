@@ -28,6 +28,10 @@ class Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=T
 
 class Database(Section, frozen=True):
     url: str = ""  # empty: embedded Postgres under $BERTH_HOME/postgres
+    # The embedded Postgres (no url): how often `berth serve` checks that it is up, and the
+    # longest wait between two restart attempts (the wait doubles from embedded_check_seconds).
+    embedded_check_seconds: float = 1.0
+    embedded_restart_max_seconds: float = 30.0
 
 
 class TLSFiles(Section, frozen=True):
@@ -278,6 +282,9 @@ def check(config: Config) -> None:
             _check_provisioner(config, name, pool.provisioner)
     _check_cas(config.cas)
     _check_tenants(config.tenants)
+    for key in ("embedded_check_seconds", "embedded_restart_max_seconds"):
+        if not getattr(config.database, key) > 0:
+            raise Invalid(f"database.{key} must be positive")
     proxy = config.network.proxy
     if proxy.verify_jwt and not (proxy.jwks_url and proxy.issuer and proxy.audience):
         raise Invalid("network.proxy.verify_jwt needs jwks_url, issuer and audience")

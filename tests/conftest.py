@@ -18,6 +18,18 @@ from service.db.engine import Database
 from tests import pg
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _embedded_data_removed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """As root, an embedded Postgres keeps its data outside its home, in /var/lib/berth: the
+    data of this run's homes goes with the run."""
+    yield
+    from service.db.embedded_access import DATA_ROOT
+
+    for link in tmp_path_factory.getbasetemp().glob("**/postgres"):
+        if link.is_symlink() and (target := link.readlink()).parent == DATA_ROOT:
+            shutil.rmtree(target, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def pg_admin_url() -> Iterator[str]:
     with pg.server() as url:

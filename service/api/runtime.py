@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from service.auth.callers import Caller
 from service.config import Config
 from service.core.placement import PoolSpec
+from service.db.embedded import Embedded
 from service.db.engine import Database
 from service.domain.artifacts import ServerStore
 from service.domain.limits import InForce
@@ -32,6 +33,7 @@ class Runtime:
     jwks: "Jwks | None" = None  # the issuer's keys, when verify_jwt
     cas: ServerStore | None = None  # the artifact store (None: this server offers none)
     cas_access: CasAccess | None = None  # how workers reach it (their welcome says)
+    embedded: Embedded | None = None  # the Postgres this server keeps up, when it has no URL
     # token sha256 -> (caller, monotonic expiry): saves a transaction per request. Revocation
     # drops entries on every server at once (NOTIFY); the TTL bounds what a lost NOTIFY costs.
     callers: dict[bytes, tuple[Caller, float]] = field(default_factory=dict)

@@ -63,26 +63,26 @@ def main(cfg: Config, *, host: str, port: int, builtin_worker: bool) -> int:
     if not url:
         embedded = Embedded(berth_home)
         url = embedded.url
-        migrate.upgrade(url)
     try:
+        if embedded is not None:
+            migrate.upgrade(url)
         # uvloop: the server is all socket I/O (workers, clients, Postgres); uvloop halves its cost.
-        return uvloop.run(_serve(cfg, url, host, port, berth_home, builtin_worker))
+        return uvloop.run(_serve(cfg, url, host, port, berth_home, builtin_worker, embedded))
     finally:
         if embedded is not None:
             embedded.stop()
 
 
 async def _serve(  # noqa: PLR0917  (called once, from main)
-    cfg: Config, url: str, host: str, port: int, berth_home: Path, builtin_worker: bool
+    cfg: Config,
+    url: str,
+    host: str,
+    port: int,
+    berth_home: Path,
+    builtin_worker: bool,
+    embedded: Embedded | None,
 ) -> int:
-    try:
-        current = await migrate.is_current(url)
-    except OSError as exc:
-        raise CliError(f"cannot reach the database: {exc}", 3) from None
-    if not current:
-        raise CliError(
-            "the database is not migrated to this berth's schema: run `berth db upgrade` first"
-        )
+    await _check_migrated(url)
     secret_key = secrets.load_key(berth_home)
     db = Database(url, secret_key=secret_key)  # signs the audit entries this server writes
     builtin_home = berth_home / "builtin" / _listen_key(host, port)
@@ -95,6 +95,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         pools=cfg.pool_specs(),
         secret_key=secret_key,
         builtin_token=builtin_token,
+        embedded=embedded,
     )
     cas = rt.cas = artifacts.open_server_store(cfg, home=berth_home, secret_key=rt.secret_key)
     # server_url "": a worker reaches a local store through the server it dialled, whichever.
@@ -127,6 +128,15 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     )
     async with asyncio.TaskGroup() as tg:
         web = tg.create_task(server.serve(), name="http")
+        if embedded is not None:  # Postgres is ours to keep up: it comes back when it dies
+            tg.create_task(
+                embedded.supervise(
+                    stop,
+                    check_seconds=cfg.database.embedded_check_seconds,
+                    max_backoff_seconds=cfg.database.embedded_restart_max_seconds,
+                ),
+                name="embedded-postgres",
+            )
         tg.create_task(hub.run(stop), name="hub")
         tg.create_task(limits.run(stop), name="limits")
 
@@ -186,6 +196,17 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     await cas.store.aclose()
     await db.dispose()
     return 0
+
+
+async def _check_migrated(url: str) -> None:
+    try:
+        current = await migrate.is_current(url)
+    except OSError as exc:
+        raise CliError(f"cannot reach the database: {exc}", 3) from None
+    if not current:
+        raise CliError(
+            "the database is not migrated to this berth's schema: run `berth db upgrade` first"
+        )
 
 
 def _http_server(app: Litestar, cfg: Config, host: str, port: int) -> tuple[_Uvicorn, str | None]:

@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 
 from service.config import Compute, Toleration
+from service.provisioning.providers import kubernetes as kubernetes_provider
 from service.provisioning.providers.base import (
     LABEL_INSTALLATION,
     LABEL_POOL,
@@ -22,6 +23,7 @@ from service.provisioning.providers.base import (
     WorkerSpec,
 )
 from service.provisioning.providers.kubernetes import (
+    WORKER_CAPABILITIES,
     KubernetesProvider,
     label_value,
     manifests,
@@ -114,6 +116,39 @@ class TestManifests:
         assert pod["metadata"]["namespace"] == "default"
         assert "resources" not in pod["spec"]["containers"][0]
         assert pod["spec"]["automountServiceAccountToken"] is False
+
+    @pytest.mark.parametrize(
+        "compute", [full_compute(), Compute(provider="kubernetes", image="berth:dev")]
+    )
+    def test_the_worker_keeps_only_the_capabilities_isolation_needs(self, compute):
+        """The worker runs as root (each job gets a uid of its own), unprivileged, under the
+        runtime's seccomp profile, with every capability dropped but the seven it uses."""
+        pod, _ = manifests(worker(), compute)
+        (container,) = pod["spec"]["containers"]
+        assert container["securityContext"] == {
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "runAsNonRoot": False,
+            "privileged": False,
+            "capabilities": {
+                "drop": ["ALL"],
+                "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID", "SYS_ADMIN"],
+            },
+        }
+        assert pod["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+        for shared in ("hostPID", "hostIPC", "hostNetwork", "volumes"):
+            assert shared not in pod["spec"]
+
+    def test_the_readme_names_each_worker_capability_with_why(self):
+        """deploy/kubernetes/README.md has a row, with a reason, for each capability a worker
+        pod keeps, and none for another."""
+        readme = (DEPLOY / "README.md").read_text()
+        rows = dict(re.findall(r"^\| `([A-Z_]+)` \| (.+) \|$", readme, re.MULTILINE))
+        assert set(rows) == set(WORKER_CAPABILITIES)
+        assert all(len(why.split()) >= 5 for why in rows.values()), rows
+        source = Path(kubernetes_provider.__file__).read_text()
+        for capability in WORKER_CAPABILITIES:  # and a comment saying why in the provider
+            assert re.search(rf'^\s+"{capability}",\s+# \S', source, re.MULTILINE), capability
 
     def test_the_credential_is_only_in_the_secret(self):
         """The Secret holds the token; the Pod names it through secretKeyRef, never by value."""
@@ -616,6 +651,48 @@ class TestDeployFiles:
         assert docs
         for doc in docs:
             valid(doc, version)
+
+    def test_the_server_pod_is_locked_down(self):
+        """The server runs non-root on a read-only root filesystem with no capabilities, writes
+        only to its emptyDirs (BERTH_HOME and /tmp), asks for resources and is probed on
+        /healthz (startup, liveness) and /readyz (readiness)."""
+        (deployment,) = [d for d in documents("server.yaml") if d["kind"] == "Deployment"]
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] != 0
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        (container,) = pod["containers"]
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }
+        probes = {
+            kind: (container[kind]["httpGet"]["path"], container[kind]["httpGet"]["port"])
+            for kind in ("startupProbe", "livenessProbe", "readinessProbe")
+        }
+        assert probes == {
+            "startupProbe": ("/healthz", "http"),
+            "livenessProbe": ("/healthz", "http"),
+            "readinessProbe": ("/readyz", "http"),
+        }
+        assert {p["name"] for p in container["ports"]} == {"http"}
+        assert set(container["resources"]["requests"]) == {"cpu", "memory"}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+        home = {e["name"]: e["value"] for e in container["env"]}["BERTH_HOME"]
+        assert writable == {home, "/tmp"}
+        for mount in container["volumeMounts"]:
+            kind = "configMap" if mount.get("readOnly") else "emptyDir"
+            assert kind in volumes[mount["name"]], mount
+
+    def test_the_server_runs_no_builtin_worker(self):
+        """The server (a non-root user who reads BERTH_HOME) runs no jobs itself."""
+        import tomllib
+
+        (config_map,) = [d for d in documents("server.yaml") if d["kind"] == "ConfigMap"]
+        config = tomllib.loads(config_map["data"]["berth.toml"])
+        assert config["pools"]["serve"]["builtin"] is False
 
     async def test_the_role_grants_what_the_provider_does(self, provider, standin):
         """Every (resource, verb) the provider used in a start/list/stop cycle is in the Role."""

@@ -56,6 +56,8 @@ class TestDefaults:
         assert config.executor.unreachable_seconds == 30.0
         assert config.executor.evict_seconds == 60.0
         assert config.executor.kill_grace_seconds == 5.0
+        assert config.database.embedded_check_seconds == 1.0
+        assert config.database.embedded_restart_max_seconds == 30.0
         assert config.pools == {}
         assert config.cas.provider == "local"
 
@@ -200,6 +202,12 @@ class TestInvalid:
         the kill grace must fit inside the two heartbeats a silent worker keeps in hand."""
         with pytest.raises(Invalid, match=words):
             load(absent, environ=overlay({"executor": executor}))
+
+    @pytest.mark.parametrize("key", ["embedded_check_seconds", "embedded_restart_max_seconds"])
+    def test_embedded_supervisor_timing(self, absent, key):
+        """The embedded Postgres' check and restart intervals must be positive, named if not."""
+        with pytest.raises(Invalid, match=rf"database\.{key} must be positive"):
+            load(absent, environ=overlay({"database": {key: 0}}))
 
     def test_executor_timing_just_enough(self, absent):
         """Short fractional durations pass when unreachable + evict exceed three heartbeats."""

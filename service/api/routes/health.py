@@ -1,4 +1,9 @@
-"""/healthz (the process answers) and /readyz (the database answers and is migrated)."""
+"""/healthz (the process answers) and /readyz (the database answers and is migrated).
+
+A dead database fails /readyz (503, the reason in the JSON body), never /healthz: the process
+is healthy and the server restarts its embedded Postgres itself, so an orchestrator should
+route around it, not kill it.
+"""
 
 from typing import Any
 
@@ -17,6 +22,8 @@ async def healthz() -> dict[str, str]:
 @get("/readyz", opt={"public": True})
 async def readyz(request: Request[Any, Any, Any]) -> dict[str, str]:
     rt = runtime_of(request)
+    if rt.embedded is not None and (why := rt.embedded.down_reason()):
+        raise Unavailable(why)
     try:
         async with rt.db.begin() as conn:
             await conn.execute(text("SELECT 1 FROM alembic_version"))

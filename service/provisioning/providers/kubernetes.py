@@ -12,6 +12,11 @@ Contract:
 - The Pod is created first, then the Secret with an ownerReference to the Pod's uid, so the
   garbage collector removes the Secret with its Pod whoever deletes the Pod. Until the Secret
   exists the kubelet holds the container (CreateContainerConfigError, reported as starting).
+- Security: the worker runs as root, so that each job runs as a uid of its own (SPEC section 4),
+  with every capability dropped but `WORKER_CAPABILITIES` and the runtime's default seccomp
+  profile. `allowPrivilegeEscalation` stays unset: Kubernetes documents it as true whenever
+  SYS_ADMIN is added (a false would pass today only through a validation bug, kubernetes#119568);
+  berth's image has no setuid programs instead (deploy/kubernetes/Dockerfile).
 - Labels: the three `base.LABEL_*` on both objects. Label values allow 63 characters of
   `[A-Za-z0-9._-]`, starting and ending alphanumeric; a value that is not one is replaced by a
   cleaned prefix plus the first 10 hex digits of its SHA-256 (`label_value`). The exact values
@@ -59,6 +64,19 @@ GRACE_SECONDS = 30  # a deleted pod's SIGTERM before SIGKILL: its worker gives b
 FATAL_WAITING = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
     | {"CreateContainerError", "RunContainerError"}
+)
+
+# What a root worker needs for per-job isolation, and nothing else (Docker's default set also
+# has FSETID, MKNOD, NET_RAW, SETFCAP, SETPCAP, NET_BIND_SERVICE, SYS_CHROOT and AUDIT_WRITE).
+# deploy/kubernetes/README.md lists the same with the same reasons.
+WORKER_CAPABILITIES = (
+    "CHOWN",  # gives the job its folder, inputs and relay socket (chown to the job's uid)
+    "DAC_OVERRIDE",  # reads the job's outputs and removes its folder: the job's uid's, 0700
+    "FOWNER",  # removes what a job left in sticky folders of its own when it ends
+    "KILL",  # signals the job's processes, which run as another uid
+    "SETGID",  # starts the job with its own gid and no supplementary groups
+    "SETUID",  # starts the job as its own uid
+    "SYS_ADMIN",  # unshare(2) and mount(2): each job's private /tmp, /var/tmp, /dev/shm and IPC
 )
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -119,10 +137,23 @@ def manifests(spec: WorkerSpec, compute: Compute) -> tuple[Manifest, Manifest]:
         "image": compute.image,
         "command": ["berth", *spec.argv],
         "env": env,
+        "securityContext": {
+            # Security: root only to hand each job a uid of its own, and only the capabilities
+            # that takes (see WORKER_CAPABILITIES and the module docstring).
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "runAsNonRoot": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"], "add": list(WORKER_CAPABILITIES)},
+        },
     }
     if resources := _resources(compute):
         container["resources"] = resources
-    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+    }
     if isinstance(compute.service_account, str):
         pod_spec["serviceAccountName"] = compute.service_account
     else:
