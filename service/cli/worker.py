@@ -71,7 +71,7 @@ def add(sub: Any) -> None:  # noqa: ANN401
         "--work-dir",
         type=Path,
         metavar="DIR",
-        help="where jobs' working directories go (default /var/tmp/berth-work as root)",
+        help="where jobs' working directories go (default /var/lib/berth/work as root)",
     )
     p.add_argument(
         "--orphan-exit-seconds",
