@@ -119,16 +119,21 @@ class TestNothingSurvivesUnderItsUid:
 
 
 class TestAUsableSystem:
-    def test_name_path_and_python(self, server_factory, worker_factory):
+    def test_name_path_and_python(self, server_factory, worker_factory, visible_dir):
         """In a job `id -un`, `getent passwd` and $USER agree on a berth job name whose home is
-        $HOME, PATH is the system's after the runtime's (never the worker's), and a plain
-        python3 runs."""
+        $HOME (under --work-dir, usable with $TMPDIR and $BERTH_OUTPUT), PATH is the system's
+        after the runtime's (never the worker's), and a plain python3 runs."""
         s = server_factory(POOL, builtin_worker=False)
         worker_path = f"/root/.not-for-jobs/shims:{os.environ['PATH']}"
-        worker_factory(s, s.worker_token("gpu1"), "gpu", env={"PATH": worker_path})
+        work = visible_dir / "work"
+        worker_factory(
+            s, s.worker_token("gpu1"), "gpu", "--work-dir", str(work), env={"PATH": worker_path}
+        )
         wait_for(lambda: attached(s, "gpu1"), 20, "gpu1 attached")
         script = textwrap.dedent(
             """
+            set -e
+            cd "$HOME" && touch "$TMPDIR/t" "$BERTH_OUTPUT/o"
             echo "name=$(id -un)"
             echo "user=$USER"
             echo "home=$HOME"
@@ -146,6 +151,7 @@ class TestAUsableSystem:
         assert got["group"] == got["name"]
         name, _, uid, _, _, home, _ = got["entry"].split(":")
         assert (name, home) == (got["name"], got["home"])
+        assert home.startswith(f"{work}/") and home.endswith(f"/{j}-1")
         assert 61000 <= int(uid) <= 61999
         runtime, *system = got["path"].split(":")
         assert runtime.endswith("/runtime/bin") and system == ["/usr/local/bin", "/usr/bin", "/bin"]
@@ -166,3 +172,15 @@ class TestAUsableSystem:
         assert r.out.count(mark) == 2  # the job saw its own files
         for folder in ("/tmp", "/dev/shm"):
             assert not [p for p in Path(folder).iterdir() if mark in p.name], folder
+
+
+class TestWorkDir:
+    def test_under_tmp_is_refused(self, server_factory, worker_factory, tmp_path):
+        """A --work-dir under /tmp, which each job gets a private one of, is refused in one line
+        before the worker dials."""
+        s = server_factory(POOL, builtin_worker=False)
+        w = worker_factory(s, s.worker_token("gpu1"), "gpu", "--work-dir", str(tmp_path / "w"))
+        r = w.wait(30)
+        assert r.code == 2, r.err
+        assert "is under /tmp, which each job gets a private one of" in r.err
+        assert "Traceback" not in r.err
