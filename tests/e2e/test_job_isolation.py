@@ -39,12 +39,15 @@ def host_accounts_restored():
             fcntl.lockf(lock, fcntl.LOCK_EX)
             for name, text in before.items():
                 path = Path("/etc", name)
+                now = path.read_text().splitlines(keepends=True)
                 kept = [
-                    line
-                    for line in path.read_text().splitlines(keepends=True)
-                    if not line.startswith(f"berth-job-{UID}:") or line in text
+                    line for line in now if not line.startswith(f"berth-job-{UID}:") or line in text
                 ]
-                path.write_text("".join(kept))
+                if kept != now:  # replaced whole: a reader never sees it half written
+                    staged = path.with_name(f"{name}.berth-test")
+                    staged.write_text("".join(kept))
+                    staged.chmod(path.stat().st_mode & 0o777)
+                    staged.replace(path)
         finally:
             os.close(lock)
 
