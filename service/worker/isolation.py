@@ -105,6 +105,7 @@ class Namespaces:
                 continue
             source = private / base
             fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            os.fchmod(fd, 0o644)  # readable by the job whatever the worker's umask
             with os.fdopen(fd, "wb") as f:
                 f.write(content)
             binds.append((bytes(source), str(target).encode()))
