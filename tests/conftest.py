@@ -79,9 +79,10 @@ def server_factory(tmp_path, sync_db_url):
         builtin_worker: bool = True,
         name: str = "s",
         port: int | None = None,
+        under: Path | None = None,
     ) -> Server:
         s = Server(
-            home=tmp_path / name,
+            home=(under or tmp_path) / name,
             db_url=sync_db_url,
             config=config or {},
             builtin_worker=builtin_worker,
@@ -113,15 +114,23 @@ def worker_factory(tmp_path):
     started: list[Worker] = []
 
     def make(
-        server, token: str, pool: str, *args: str, name: str = "w", env: dict | None = None
+        server,
+        token: str,
+        pool: str,
+        *args: str,
+        name: str = "w",
+        env: dict | None = None,
+        prefix: tuple[str, ...] = (),
+        under: Path | None = None,
     ) -> Worker:
         w = Worker(
             server=server,
             token=token,
             pool=pool,
-            home=tmp_path / f"worker-{name}",
+            home=(under or tmp_path) / f"worker-{name}",
             args=args,
             extra_env=env or {},
+            prefix=prefix,
         )
         started.append(w)
         return w.start()
@@ -131,11 +140,27 @@ def worker_factory(tmp_path):
         w.stop()
 
 
+SHARED_PARENT = Path("/var/lib/berth-test")
+
+
+@pytest.fixture
+def visible_dir() -> Iterator[Path]:
+    """A folder of root's (0755) outside /tmp, /var/tmp and /dev/shm, for homes that a job must
+    see and be refused (pytest's tmp_path is under /tmp, which a job gets a private one of)."""
+    SHARED_PARENT.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="homes-", dir=SHARED_PARENT))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A folder any job may write to: jobs run as uids of their own (workers run as root here),
-    and pytest's tmp_path is 0700 root. Sticky, so a job cannot delete another's files."""
-    path = Path(tempfile.mkdtemp(prefix="berth-shared-", dir="/tmp"))
+    and pytest's tmp_path is 0700 root. Outside /tmp, /var/tmp and /dev/shm, which each job gets
+    a private one of. Sticky, so a job cannot delete another's files."""
+    SHARED_PARENT.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="shared-", dir=SHARED_PARENT))
     path.chmod(0o1777)
     yield path
     shutil.rmtree(path, ignore_errors=True)

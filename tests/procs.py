@@ -145,10 +145,19 @@ class Worker:
     args: Sequence[str] = ()
     proc: subprocess.Popen[str] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    prefix: Sequence[str] = ()  # runs the worker under this command (e.g. setpriv ...)
 
     def start(self) -> "Worker":
         self.home.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "service", "worker", "--server", self.server.url]
+        argv = [
+            *self.prefix,
+            sys.executable,
+            "-m",
+            "service",
+            "worker",
+            "--server",
+            self.server.url,
+        ]
         argv += ["--pool", self.pool, *self.args]
         env = self.server.env(BERTH_TOKEN=self.token, BERTH_HOME=str(self.home), **self.extra_env)
         self.proc = subprocess.Popen(

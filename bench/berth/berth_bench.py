@@ -622,6 +622,16 @@ def _kill_jobs(path: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _marks_dir() -> Path:
+    """A sticky folder every job's uid may append to, outside /tmp, /var/tmp and /dev/shm (a
+    root worker's jobs get private ones of those, and their own uid: not the server's home)."""
+    parent = Path("/var/lib/berth-bench") if os.geteuid() == 0 else Path(tempfile.gettempdir())
+    parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="failover-", dir=parent))
+    path.chmod(0o1777)
+    return path
+
+
 def failover(args: argparse.Namespace) -> dict[str, Any]:
     executor = {
         "heartbeat_seconds": args.heartbeat,
@@ -636,6 +646,7 @@ def failover(args: argparse.Namespace) -> dict[str, Any]:
     server.start()
     api = Api(server)
     files: list[Path] = []
+    marks = _marks_dir()
 
     def job(path: Path) -> dict[str, Any]:
         files.append(path)
@@ -647,7 +658,7 @@ def failover(args: argparse.Namespace) -> dict[str, Any]:
         result: dict[str, Any] = {**_stub(args), **executor}
 
         # (a) fast path: the worker restarts with the same token and holds nothing
-        fast = server.home / "fast.txt"
+        fast = marks / "fast.txt"
         w = common.spawn_real_worker(server, tokens[0][1], "real", "fast-1")
         if not _wait_attached(server, 1, 30.0):
             return {**result, "error": "worker did not attach"}
@@ -673,7 +684,7 @@ def failover(args: argparse.Namespace) -> dict[str, Any]:
         _kill_jobs(fast)
 
         # (b) silent path: two workers, the holder is killed and never comes back
-        silent = server.home / "silent.txt"
+        silent = marks / "silent.txt"
         procs = {
             name: common.spawn_real_worker(server, token, "real", name)
             for name, token in tokens[1:]
@@ -699,6 +710,7 @@ def failover(args: argparse.Namespace) -> dict[str, Any]:
         benchlib.stop_all()
         for path in files:
             _kill_jobs(path)
+        shutil.rmtree(marks, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,8 +22,10 @@ Who a job runs as: a worker started as root runs each job under a uid of its own
 can read neither the worker's state nor another job's files or environment. --run-as USER
 runs every job as one fixed user instead. A worker that is NOT root runs its jobs as its own
 user: they can then read whatever that user can, the worker's state directory included. Jobs
-get a clean environment (PATH, HOME, LANG, LC_*, TZ, TMPDIR, USER, SHELL, the names given with
---pass-env, then their own env and secrets), never the worker's own settings or credential.
+get a clean environment (PATH the system's, HOME, LANG, LC_*, TZ, TMPDIR, USER, SHELL, the names
+given with --pass-env, then their own env and secrets), never the worker's own settings or
+credential. As root each job also gets private /tmp, /var/tmp, /dev/shm and IPC (or, where
+namespaces cannot be made, what its uid leaves there is removed before the uid runs again).
 """
 
 
@@ -71,7 +73,7 @@ def add(sub: Any) -> None:  # noqa: ANN401
         "--work-dir",
         type=Path,
         metavar="DIR",
-        help="where jobs' working directories go (default /var/tmp/berth-work as root)",
+        help="where jobs' working directories go (default /var/lib/berth/work as root)",
     )
     p.add_argument(
         "--orphan-exit-seconds",

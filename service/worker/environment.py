@@ -4,6 +4,9 @@ The worker's process holds its credential and settings (BERTH_TOKEN, BERTH_CONFI
 the built-in worker the server's BERTH_DATABASE_URL and BERTH_SECRET_KEY). A job is untrusted
 code of one tenant, so it starts from a small base, then the names the operator passed with
 `--pass-env`, then its own env, its secrets, and berth's variables last (a job cannot fake them).
+
+PATH is the system's, never the worker's own: a worker's PATH names folders of its user (a
+pyenv's shims in root's home, a virtualenv) that the job's uid cannot enter or should not use.
 """
 
 import re
@@ -11,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-BASE_NAMES = ("PATH", "LANG", "TZ")  # taken from the worker's environment when set
+BASE_NAMES = ("LANG", "TZ")  # taken from the worker's environment when set
 LOCALE = re.compile(r"^LC_[A-Z_]+$")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -43,7 +46,7 @@ def build(
     """The environment a job starts with, in the order of SPEC section 4."""
     env = {name: worker_env[name] for name in BASE_NAMES if worker_env.get(name)}
     env.update({k: v for k, v in worker_env.items() if LOCALE.match(k)})
-    env.setdefault("PATH", DEFAULT_PATH)
+    env["PATH"] = DEFAULT_PATH
     env.setdefault("LANG", "C.UTF-8")
     env["HOME"] = str(workdir)
     env["TMPDIR"] = str(workdir / "tmp")

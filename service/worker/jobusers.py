@@ -6,7 +6,10 @@ is held by one job at a time on the whole host: an exclusive flock on a file per
 root-only folder, so two workers on one machine never hand out the same uid. Before a uid is
 handed out, and again when its job ends, every process running under it is killed: a job that
 left a process behind (even one that escaped its process group with setsid) cannot watch the
-next job of that uid.
+next job of that uid. Nor do its files and IPC objects: each job gets private /tmp, /var/tmp,
+/dev/shm and IPC (worker/isolation.py), or, where namespaces cannot be made, whatever the uid
+owns there is removed when its job ends, and again before the uid is handed out if the worker
+that held it died before it could (worker/leftovers.py).
 
 `--run-as USER` runs every job as one fixed user (no isolation between jobs). A worker that is
 not root runs jobs as its own user: nothing separates them from the worker.
@@ -24,6 +27,8 @@ from pathlib import Path
 
 import psutil
 
+from service.worker import accounts, leftovers
+
 DEFAULT_RANGE = (61000, 61999)
 
 
@@ -39,13 +44,6 @@ class JobUser:
     isolated: bool  # a uid of its own: kill every process of it when the job ends
 
 
-def name_of(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"berth-{uid}"
-
-
 class Users:
     """Hands out the user each job runs as, and takes it back when the job ends."""
 
@@ -55,14 +53,16 @@ class Users:
         uid_range: tuple[int, int] | None = DEFAULT_RANGE,
         run_as: str = "",
         lock_dir: Path | None = None,
+        cleanup: bool = False,
     ) -> None:
         self.root = os.geteuid() == 0
+        self._cleanup = cleanup
         self._fixed: JobUser | None = None
         self._locks: dict[int, int] = {}  # uid -> fd holding its flock
         self._order: list[int] = []
         if not self.root:
             uid = os.geteuid()
-            self._fixed = JobUser(uid, os.getegid(), name_of(uid), isolated=False)
+            self._fixed = JobUser(uid, os.getegid(), accounts.name_of(uid), isolated=False)
         elif run_as:
             entry = pwd.getpwnam(run_as)
             self._fixed = JobUser(entry.pw_uid, entry.pw_gid, entry.pw_name, isolated=False)
@@ -70,6 +70,16 @@ class Users:
             lo, hi = uid_range or DEFAULT_RANGE
             self._order = list(range(lo, hi + 1))
             self._lock_dir = lock_dir or default_lock_dir()
+
+    @property
+    def uids(self) -> tuple[int, ...]:
+        """The uids jobs get, one each (none when every job runs as one user)."""
+        return tuple(sorted(self._order))
+
+    @property
+    def cleanup(self) -> bool:
+        """Whether what a job's uid leaves in /tmp & co is removed: its own uid, no namespaces."""
+        return self._cleanup and self._fixed is None
 
     @property
     def mode(self) -> str:
@@ -84,19 +94,20 @@ class Users:
         if self._fixed is not None:
             return self._fixed
         for uid in list(self._order):
-            fd = os.open(self._lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
+            fd = self._lock(uid)
+            if fd is None:
                 continue
             self._locks[uid] = fd
-            # Least recently used first next time: a uid's leftovers (files in /tmp) meet the
-            # next job of that uid as late as possible.
+            # Least recently used first next time: a uid's processes and files, if anything
+            # escaped, meet the next job of that uid as late as possible.
             self._order.remove(uid)
             self._order.append(uid)
             await kill_all(uid)  # a clean slate: nothing of an earlier job still runs as it
-            return JobUser(uid, uid, name_of(uid), isolated=True)
+            if self.cleanup:
+                if os.fstat(fd).st_size:  # its last holder died before it cleaned up after it
+                    await asyncio.to_thread(leftovers.purge, (uid,))
+                os.pwrite(fd, b"in use\n", 0)  # until release has removed what this job left
+            return JobUser(uid, uid, accounts.name_of(uid), isolated=True)
         raise NoFreeUid("every uid of --uid-range is in use by a running job")
 
     async def release(self, user: JobUser) -> None:
@@ -104,28 +115,56 @@ class Users:
             return
         await kill_all(user.uid)
         fd = self._locks.pop(user.uid, None)
-        if fd is not None:
+        if fd is None:
+            return
+        try:
+            if self.cleanup:
+                # Security: the next job of this uid may be another tenant's. Nothing of this
+                # one runs any more (kill_all), so nothing can make more behind the walk.
+                await asyncio.to_thread(leftovers.purge, (user.uid,))
+                os.ftruncate(fd, 0)
+        finally:
             os.close(fd)  # closing drops the flock
 
-    async def sweep(self) -> int:
-        """At start: kill processes of range uids no worker holds (left by a dead worker)."""
+    async def sweep(self) -> tuple[int, int]:
+        """At start, for range uids no worker holds: what a dead worker left of their jobs.
+
+        Kills what runs as them and, in cleanup mode, removes what they own. Returns (uids
+        killed, files and IPC objects removed).
+        """
         if self._fixed is not None:
-            return 0
+            return 0, 0
         lo, hi = min(self._order), max(self._order)
-        found = {uid for uid in await asyncio.to_thread(list, _uids()) if lo <= uid <= hi}
-        killed = 0
-        for uid in sorted(found):
-            fd = os.open(self._lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a running job of another worker on this host
-            else:
-                await kill_all(uid)
-                killed += 1
-            finally:
+        running = {uid for uid in await asyncio.to_thread(list, _uids()) if lo <= uid <= hi}
+        held: dict[int, int] = {}
+        killed = removed = 0
+        try:
+            for uid in self._order if self.cleanup else sorted(running):
+                fd = self._lock(uid)
+                if fd is None:
+                    continue  # a running job of another worker on this host
+                held[uid] = fd
+                if uid in running:
+                    await kill_all(uid)
+                    killed += 1
+            if self.cleanup and held:
+                removed = await asyncio.to_thread(leftovers.purge, list(held))
+                for fd in held.values():
+                    os.ftruncate(fd, 0)
+        finally:
+            for fd in held.values():
                 os.close(fd)
-        return killed
+        return killed, removed
+
+    def _lock(self, uid: int) -> int | None:
+        """The uid's lock, held (a descriptor), or None when another job holds it."""
+        fd = os.open(self._lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
 
 
 def default_lock_dir() -> Path:

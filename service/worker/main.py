@@ -31,7 +31,8 @@ from service.cas.base import Store
 from service.cas.factory import open_store
 from service.config import Cas
 from service.core.bounds import RELAY_MAX_SAVE_GB, gb_bytes
-from service.worker import artifacts, credential, host, workdirs
+from service.worker import accounts, artifacts, credential, host, isolation, workdirs
+from service.worker.isolation import Namespaces
 from service.worker.jobusers import DEFAULT_RANGE, NoFreeUid, Users
 from service.worker.outbox import DEFAULT_LIMIT, Outbox
 from service.worker.relay import RELAY_TIMEOUT, Calls, Relay
@@ -63,7 +64,7 @@ class Options:
     pass_env: tuple[str, ...] = ()
     uid_range: tuple[int, int] = DEFAULT_RANGE
     run_as: str = ""
-    work_dir: Path | None = None  # parent of the work root; default /var/tmp/berth-work
+    work_dir: Path | None = None  # parent of the work root; default /var/lib/berth/work as root
     outbox_bytes: int = DEFAULT_LIMIT
     # A provisioned worker that cannot reach the server this long, holding no job, exits.
     orphan_exit_seconds: float = 0.0  # 0: never
@@ -89,6 +90,7 @@ class Worker:
     _dials: int = 0  # connection attempts: picks the next of several --server URLs
     _digest: str = ""
     _work_root: Path | None = None
+    namespaces: Namespaces | None = None  # each job's private /tmp & co; None: none to be had
     _token: str = ""
     _reached: float = field(default_factory=time.monotonic)  # last time a session was up
     store: Store | None = None  # the installation's artifact store, as this worker reaches it
@@ -100,7 +102,6 @@ class Worker:
 
     def __post_init__(self) -> None:
         self.outbox = Outbox(self.opts.outbox_bytes)
-        self.users = Users(uid_range=self.opts.uid_range, run_as=self.opts.run_as)
         # A credential of its own (joined, maybe rotated since) wins over the environment's.
         self._token = credential.load(self.opts.home) or self.opts.token
 
@@ -112,17 +113,53 @@ class Worker:
         self._work_root = await asyncio.to_thread(
             workdirs.prepare, self.opts.home, self.opts.work_dir
         )
+        found = await asyncio.to_thread(isolation.detect)
+        if isinstance(found, Namespaces):
+            self.namespaces = found
+            if hidden := found.hides(self._work_root):
+                raise workdirs.UnsafeWorkDir(
+                    f"the work root {self._work_root} is under {hidden}, which each job gets a "
+                    "private one of: give the worker a --work-dir elsewhere "
+                    f"(default {workdirs.ROOT_PARENT})"
+                )
+        self.users = Users(
+            uid_range=self.opts.uid_range,
+            run_as=self.opts.run_as,
+            cleanup=not isinstance(found, Namespaces),
+        )
         if self.opts.cas is not None:
             self._own_store = open_store(self.opts.cas, home=self.opts.home)
             self.store = self._own_store
             self._own_id = await self._own_store.id()
-        swept = await self.users.sweep()
+        if self.users.cleanup:
+            await self._name_uids_on_host()
+        killed, removed = await self.users.sweep()
         log.info("jobs run as %s, in %s", self.users.mode, self._work_root)
-        if swept:
-            log.warning("killed the processes of %d job uid(s) left by a dead worker", swept)
+        log.info(
+            "isolation between jobs of one uid: %s",
+            isolation.describe(found, cleanup=self.users.cleanup),
+        )
+        if killed:
+            log.warning("killed the processes of %d job uid(s) left by a dead worker", killed)
+        if removed:
+            log.warning("removed %d file(s) or IPC object(s) left by earlier jobs", removed)
+
+    async def _name_uids_on_host(self) -> None:
+        """Without namespaces, job uids get their names in the host's /etc/passwd and group."""
+        try:
+            added = await asyncio.to_thread(accounts.add_to_host, self.users.uids)
+        except OSError as exc:  # a read-only /etc, say: jobs then run with no name for their uid
+            log.warning("cannot add job users to /etc/passwd (%s): `id -un` fails in jobs", exc)
+            return
+        if added:
+            log.info("added %d job user(s) (berth-job-N) to /etc/passwd and /etc/group", added)
 
     async def run(self) -> int:
-        await self._get_ready()
+        try:
+            await self._get_ready()
+        except workdirs.UnsafeWorkDir as exc:
+            print(f"berth worker: {exc}", file=sys.stderr)
+            return 2
         watchdog = asyncio.create_task(self._watchdog())
         backoff = BACKOFF_START
         try:
@@ -398,6 +435,7 @@ class Worker:
             relay=self._relay_for(lease, workdir),
             repo_cache=self.opts.home / "repos",
             allow_local_repos=self.opts.allow_local_repos,
+            namespaces=self.namespaces,
         )
         self.runs[key] = run
         task = asyncio.create_task(self._run(run))

@@ -4,8 +4,10 @@ The job's working directory is made 0700 for the job's user, with `tmp/` and `ou
 its environment is built (worker/environment.py), never inherited. stdout/stderr are bytes,
 streamed to `emit` as they come, secrets masked. Cancel and timeout kill the whole group (TERM,
 then KILL after the grace period) and touch no other job; a job with a uid of its own has every
-process of that uid killed when it ends (worker/jobusers.py). The group leader is SHIM, a few
-lines of POSIX sh that kill the whole group when this worker process dies, even by kill -9.
+process of that uid killed when it ends (worker/jobusers.py). As root it starts in namespaces of
+its own, with private /tmp, /var/tmp, /dev/shm and IPC (worker/isolation.py). The group leader is
+SHIM, a few lines of POSIX sh that kill the whole group when this worker process dies, even by
+kill -9.
 """
 
 import asyncio
@@ -13,6 +15,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +23,7 @@ from pathlib import Path
 from service import protocol
 from service.cas.base import CasError, Store, get_file
 from service.worker import artifacts, environment, jobusers, repos
+from service.worker.isolation import Namespaces, Step
 from service.worker.jobusers import JobUser
 from service.worker.redaction import Redactor
 from service.worker.relay import Relay
@@ -76,6 +80,8 @@ class Run:
     user: JobUser | None = None  # set once a uid is free for it (worker/jobusers.py)
     worker_env: Mapping[str, str] = field(default_factory=dict)
     pass_env: Sequence[str] = ()
+    namespaces: Namespaces | None = None  # as root: the job's private /tmp & co (isolation.py)
+    _enter: Step | None = None  # the child's step into them, made by prepare()
     _proc: asyncio.subprocess.Process | None = None
     _stop_reason: str = ""  # cancelled | timed_out | fenced | released | gave_back
     _started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -89,11 +95,18 @@ class Run:
         return self._stop_reason
 
     def prepare(self) -> None:
-        """The job's own folder: 0700, owned by its user, with tmp/ and output/ inside."""
+        """The job's own folder: 0700, owned by its user, with tmp/ and output/ inside.
+
+        With namespaces, its private /tmp, /var/tmp and accounts go under .berth/ in it.
+        """
         assert self.user is not None
         for path in (self.workdir, self.workdir / "tmp", self.workdir / "output"):
             path.mkdir(mode=0o700)
             os.chown(path, self.user.uid, self.user.gid)
+        if self.namespaces is not None:
+            self._enter = self.namespaces.prepare(
+                self.workdir, uid=self.user.uid, gid=self.user.gid, name=self.user.name
+            )
         if self.lease.python:
             script = self.workdir / "main.py"
             fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -133,32 +146,32 @@ class Run:
         return list(self.lease.command)
 
     def env(self) -> dict[str, str]:
-        return (
-            environment.build(
-                self.worker_env,
-                pass_env=self.pass_env,
-                job_env=self.lease.env,
-                secrets=self.lease.secrets,
-                berth={
-                    "BERTH_JOB_ID": str(self.lease.job),
-                    "BERTH_ATTEMPT": str(self.lease.epoch),
-                    "BERTH_TENANT": self.lease.tenant,
-                    "BERTH_OUTPUT": str(self.workdir / "output"),
-                },
-                workdir=self.workdir,
-                user=self.user.name if self.user else "",
-            )
-            | self._runtime_env()
+        env = environment.build(
+            self.worker_env,
+            pass_env=self.pass_env,
+            job_env=self.lease.env,
+            secrets=self.lease.secrets,
+            berth={
+                "BERTH_JOB_ID": str(self.lease.job),
+                "BERTH_ATTEMPT": str(self.lease.epoch),
+                "BERTH_TENANT": self.lease.tenant,
+                "BERTH_OUTPUT": str(self.workdir / "output"),
+            },
+            workdir=self.workdir,
+            user=self.user.name if self.user else "",
         )
+        return env | self._runtime_env(env["PATH"])
 
-    def _runtime_env(self) -> dict[str, str]:
-        """The runtime on the job's paths, and its relay (berth's variables, so they win)."""
+    def _runtime_env(self, path: str) -> dict[str, str]:
+        """The runtime on the job's paths, and its relay (berth's variables, so they win).
+
+        Its `berth` comes first on PATH, before `path` (the job's own, or the system's).
+        """
         if self.runtime is None:
             return {}
-        own_path = self.lease.env.get("PATH") or os.environ.get("PATH") or "/usr/bin:/bin"
         own_pythonpath = self.lease.env.get("PYTHONPATH", "")
         env = {
-            "PATH": f"{self.runtime / 'bin'}:{own_path}",
+            "PATH": f"{self.runtime / 'bin'}:{path}",
             "PYTHONPATH": f"{self.runtime}:{own_pythonpath}".rstrip(":"),
             "BERTH_PYTHON": self.python,
         }
@@ -196,6 +209,7 @@ class Run:
         drop = None
         if self.user.uid != os.geteuid():
             drop = jobusers.become(self.user.uid, self.user.gid)
+        child = _child_steps(self._enter, drop)
         read_end, write_end = os.pipe()
         try:
             self._proc = await asyncio.create_subprocess_exec(
@@ -210,11 +224,17 @@ class Run:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # its own process group: cancel kills exactly this job
-                preexec_fn=drop,  # three system calls in the child: see jobusers.become
+                # A few system calls in the child: isolation._enter, then jobusers.become.
+                preexec_fn=child,
             )
         except OSError as exc:
             os.close(write_end)
             return Outcome("failed", None, f"cannot start the job: {exc}")
+        except subprocess.SubprocessError:  # a step in the child failed: it never ran the job
+            os.close(write_end)
+            return Outcome(
+                "failed", None, "cannot start the job: its namespaces or its uid could not be set"
+            )
         finally:
             os.close(read_end)
         # The write end stays open in this process only (close-on-exec): its closing, when this
@@ -342,6 +362,23 @@ def utf8_boundary(data: bytes) -> int:
             need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
             return len(data) if back >= need else len(data) - back
     return len(data)  # continuation bytes only: not UTF-8, pass it as it is
+
+
+def _child_steps(enter: Step | None, drop: Step | None) -> Step | None:
+    """What the child does between fork and exec.
+
+    Namespaces first (mounting needs root), then the drop to the job's uid.
+    """
+    if enter is None:
+        return drop
+    if drop is None:
+        return enter
+
+    def both() -> None:
+        enter()
+        drop()
+
+    return both
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -6,6 +6,9 @@ is 0711 (anyone may pass through to their own folder, nobody may list the others
 the worker's user; each job's folder in it is 0700 and owned by the job's user. The work root
 is per worker (named by a digest of its home), and a worker starting up empties it: folders
 left there by a worker that was killed belong to jobs that are dead.
+
+As root the work root's parent is /var/lib/berth/work: never under /tmp or /var/tmp, which each
+job gets a private one of (worker/isolation.py), so its folder would not be where its $HOME says.
 """
 
 import contextlib
@@ -21,9 +24,12 @@ class UnsafeWorkDir(Exception):
     """The work root exists but someone else could tamper with it."""
 
 
+ROOT_PARENT = Path("/var/lib/berth/work")
+
+
 def default_parent() -> Path:
     if os.geteuid() == 0:
-        return Path("/var/tmp/berth-work")  # noqa: S108  (checked to be ours: _own_dir)
+        return ROOT_PARENT
     return Path(tempfile.gettempdir()) / f"berth-work-{os.geteuid()}"
 
 
@@ -53,7 +59,10 @@ def install_runtime(root: Path) -> Path:
 
 def prepare(home: Path, parent: Path | None = None) -> Path:
     """This worker's work root, made safe and empty; raise UnsafeWorkDir when it is not ours."""
-    parent = parent or default_parent()
+    if parent is None:
+        parent = default_parent()
+        if parent == ROOT_PARENT:
+            _root_only(parent.parent)
     _own_dir(parent)
     root = parent / hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:16]
     _own_dir(root)
@@ -64,6 +73,17 @@ def prepare(home: Path, parent: Path | None = None) -> Path:
             leftover.unlink(missing_ok=True)
     install_runtime(root)
     return root
+
+
+def _root_only(path: Path) -> None:
+    """/var/lib/berth: made 0755 if missing; refused when someone else could swap what is in it."""
+    path.mkdir(mode=0o755, parents=True, exist_ok=True)
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise UnsafeWorkDir(
+            f"{path} is not a folder of root that only root may write to; "
+            "fix it or give the worker another --work-dir"
+        )
 
 
 def _own_dir(path: Path) -> None:

@@ -35,9 +35,10 @@ def postgres_of(pgdata: str) -> list[psutil.Process]:
 
 
 class TestEmbedded:
-    def test_serve_on_embedded_postgres(self, tmp_path):
+    def test_serve_on_embedded_postgres(self, visible_dir):
         """No URL: Postgres starts under $BERTH_HOME/postgres, jobs run, SIGTERM stops both."""
-        s = Server(home=tmp_path / "home", db_url=None).start(timeout=120)
+        # Outside /tmp: a job sees the home there (as ~/.berth) and must be refused, not miss it.
+        s = Server(home=visible_dir / "home", db_url=None).start(timeout=120)
         try:
             token_file = s.home / "admin.token"
             assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
@@ -52,7 +53,7 @@ class TestEmbedded:
         assert s.proc is not None and s.proc.returncode == 0, s.log()
         assert not postgres_of(data_of(s)), "embedded Postgres left running"
         # A second start reuses the data and keeps the admin token.
-        again = Server(home=tmp_path / "home", db_url=None).start(timeout=120)
+        again = Server(home=visible_dir / "home", db_url=None).start(timeout=120)
         try:
             assert again.cli("job", "list", "--json").code == 0
         finally:

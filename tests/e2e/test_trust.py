@@ -65,11 +65,12 @@ def uid_of(text: str) -> int:
 
 
 class TestAJobSeesNothingOfItsWorker:
-    def test_remote_worker(self, server_factory, worker_factory):
+    def test_remote_worker(self, server_factory, worker_factory, visible_dir):
         """A job on a root worker runs as its own uid and reads no credential or setting."""
-        s = server_factory(GPU, builtin_worker=False)
+        # Homes where a job sees them (as ~/.berth), so each read is refused, not just missing.
+        s = server_factory(GPU, builtin_worker=False, under=visible_dir)
         token = s.worker_token("gpu1")
-        w = worker_factory(s, token, "gpu")
+        w = worker_factory(s, token, "gpu", under=visible_dir)
         wait_for(lambda: attached(s, "gpu1"), 20, "gpu1 attached")
         assert w.proc is not None
         secret_key = (s.home / "secret.key").read_text().strip()

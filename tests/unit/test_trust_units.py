@@ -111,22 +111,23 @@ class TestJobEnvironment:
             "secrets": {},
             "berth": {"BERTH_JOB_ID": "7"},
             "workdir": Path("/w/7-1"),
-            "user": "berth-61000",
+            "user": "berth-job-61000",
             **over,
         }
         return environment.build(WORKER_ENV, **kw)
 
     def test_built_not_inherited(self):
-        """Only the base comes from the worker: no credential, no BERTH_* setting, no stray keys."""
+        """Only the base comes from the worker (not even its PATH: the system's): no credential,
+        no BERTH_* setting, no stray keys."""
         env = self.build()
         assert env == {
-            "PATH": "/opt/bin:/usr/bin",
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
             "LANG": "en_US.UTF-8",
             "LC_ALL": "C",
             "TZ": "UTC",
             "HOME": "/w/7-1",
             "TMPDIR": "/w/7-1/tmp",
-            "USER": "berth-61000",
+            "USER": "berth-job-61000",
             "SHELL": "/bin/sh",
             "BERTH_JOB_ID": "7",
         }
