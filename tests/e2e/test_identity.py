@@ -59,6 +59,42 @@ class TestRevocation:
         assert ("token.revoked", "gpu1") in actions and ("worker.left", "gpu1") in actions
 
 
+class TestTokenModeTakeover:
+    def test_a_revoked_workers_name_is_not_minted_again_while_it_holds_leases(
+        self, server_factory, worker_factory
+    ):
+        """gpu1 (fleet-wide) runs tenant b's job and goes silent; its token is revoked; neither
+        an operator of tenant a nor an admin gets a token named gpu1 while the lease is live,
+        so no credential can attach as gpu1 and take b's job."""
+        import signal
+
+        s = server_factory(SLOW_SILENCE, builtin_worker=False)
+        w1 = worker_factory(s, s.worker_token("gpu1"), "gpu", name="1")
+        wait_for(lambda: "gpu1" in workers(s), 20, "gpu1 attached")
+        r = s.api(
+            "POST",
+            "/api/v1/jobs",
+            json={"command": ["sleep", "60"], "pool": "gpu", "tenant": "b"},
+        )
+        job_id = int(r.json()["id"])
+        wait_for(lambda: job(s, job_id)["state"] == "running", 20, "b's job running on gpu1")
+        assert w1.proc is not None
+        w1.proc.send_signal(signal.SIGSTOP)  # it cannot give anything back now
+        try:
+            assert s.cli("token", "revoke", "gpu1").code == 0
+            operator = s.cli("token", "create", "op-a", "--kind", "operator", "--tenant", "a")
+            assert operator.code == 0, operator.err
+            for token in (operator.out.strip(), None):
+                again = s.cli(
+                    "token", "create", "gpu1", "--kind", "worker", "--tenant", "a", token=token
+                )
+                assert again.code != 0 and "still holds leases" in again.err, again
+            shown = job(s, job_id)
+            assert shown["state"] == "running" and shown["worker"] == "gpu1"
+        finally:
+            w1.proc.send_signal(signal.SIGCONT)
+
+
 class TestBuiltinWorkers:
     def test_two_servers_on_one_home_keep_both_builtin_workers(self, server_factory):
         """Two servers on one home (and one database) each run a built-in worker of its own;
