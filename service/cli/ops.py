@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.cli.client import Client, CliError, add_server_arg, listing
+from service.cli.client import Client, CliError, add_server_arg, listing, print_json
 from service.cli.database import ops_url
 
 
@@ -61,8 +61,11 @@ def secret_set(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"value": value}
     if args.tenant:
         body["tenant"] = args.tenant
-    Client(args.server).call("PUT", f"/api/v1/secrets/{args.name}", body)
-    print(f"set {args.name}")
+    out = Client(args.server).call("PUT", f"/api/v1/secrets/{args.name}", body)
+    if args.json:
+        print_json(out)
+    else:
+        print(f"set {args.name}")
     return 0
 
 
@@ -80,8 +83,11 @@ def secret_list(args: argparse.Namespace) -> int:
 
 
 def secret_rm(args: argparse.Namespace) -> int:
-    Client(args.server).call("DELETE", f"/api/v1/secrets/{args.name}", tenant=args.tenant)
-    print(f"removed {args.name}")
+    out = Client(args.server).call("DELETE", f"/api/v1/secrets/{args.name}", tenant=args.tenant)
+    if args.json:
+        print_json(out)
+    else:
+        print(f"removed {args.name}")
     return 0
 
 
@@ -123,7 +129,7 @@ def audit_verify(args: argparse.Namespace) -> int:
         result = asyncio.run(run(url))
     if result.broken:
         print(f"berth: audit chain broken: {result.broken}", file=sys.stderr)
-        return 1
+        return 1  # what a check that fails exits with, as `cmp` and `diff` do
     print(
         f"audit chain intact: {result.keyed + result.plain} entries verified "
         f"({result.keyed} keyed, {result.plain} sealed before keys), "

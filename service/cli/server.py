@@ -27,9 +27,11 @@ from service.background.output_pack import PackOutput
 from service.background.provision import Provision
 from service.background.silence import ExpireSilent
 from service.background.supervisor import run_when_leader
-from service.cli.client import CliError
+from service.cli.client import CliError, remove_server_url, write_server_url
+from service.cli.database import database_errors
 from service.config import Config, home
 from service.core.errors import Unavailable
+from service.core.exits import Exit
 from service.db import migrate, notify
 from service.db.embedded import Embedded, private_home, write_private
 from service.db.engine import Database
@@ -50,8 +52,16 @@ class _Uvicorn(uvicorn.Server):
         yield  # berth handles SIGTERM/SIGINT itself, to stop every part in order
 
 
-def main(cfg: Config, *, host: str, port: int, builtin_worker: bool) -> int:
-    log.configure()
+def main(
+    cfg: Config,
+    *,
+    host: str,
+    port: int,
+    builtin_worker: bool,
+    log_level: str = "info",
+    log_json: bool | None = None,
+) -> int:
+    log.configure(log_level, json=log_json)
     # Jobs of the built-in worker may run as this user (a server that is not root): they must
     # not read this process's environment (BERTH_DATABASE_URL, BERTH_SECRET_KEY) or memory.
     hardening.undumpable()
@@ -59,26 +69,24 @@ def main(cfg: Config, *, host: str, port: int, builtin_worker: bool) -> int:
     private_home(berth_home)
     embedded: Embedded | None = None
     url = cfg.database.url
-    if not url:
-        embedded = Embedded(berth_home)
-        url = embedded.url
-        migrate.upgrade(url)
-    try:
-        # uvloop: the server is all socket I/O (workers, clients, Postgres); uvloop halves its cost.
-        return uvloop.run(_serve(cfg, url, host, port, berth_home, builtin_worker))
-    finally:
-        if embedded is not None:
-            embedded.stop()
+    with database_errors():
+        if not url:
+            embedded = Embedded(berth_home)
+            url = embedded.url
+            migrate.upgrade(url)
+        try:
+            # uvloop: the server is all socket I/O (workers, clients, Postgres); uvloop halves
+            # its cost.
+            return uvloop.run(_serve(cfg, url, host, port, berth_home, builtin_worker))
+        finally:
+            if embedded is not None:
+                embedded.stop()
 
 
 async def _serve(  # noqa: PLR0917  (called once, from main)
     cfg: Config, url: str, host: str, port: int, berth_home: Path, builtin_worker: bool
 ) -> int:
-    try:
-        current = await migrate.is_current(url)
-    except OSError as exc:
-        raise CliError(f"cannot reach the database: {exc}", 3) from None
-    if not current:
+    if not await migrate.is_current(url):
         raise CliError(
             "the database is not migrated to this berth's schema: run `berth db upgrade` first"
         )
@@ -99,7 +107,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     try:  # the limits in force before the first dispatch pass
         await limits_watch.refresh(rt)
     except Unavailable as exc:
-        raise CliError(f"cannot read the limits: {exc.message}", 3) from None
+        raise CliError(f"cannot read the limits: {exc.message}", Exit.UNREACHABLE) from None
     limits = limits_watch.Watch(rt)
     admin = await tokens.ensure_admin(db)
     if admin is not None:
@@ -176,26 +184,51 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
             ),
             name="leader",
         )
+        listening = tg.create_task(_listening(server, scheme, host, stop), name="listening")
         if builtin_worker:
             tg.create_task(
                 _builtin_worker(
                     rt,
-                    url=f"{scheme}://{_dial(host)}:{port}",
+                    listening=listening,
                     cafile=certfile or "",
                     berth_home=berth_home,
                     stop=stop,
-                    server=server,
                 ),
                 name="builtin-worker",
             )
+        told = tg.create_task(_tell_cli(listening, berth_home, stop), name="server-url")
         await stop.wait()
         logger.info("stopping")
         server.should_exit = True
         await web
+        await told
     await provision.close()  # provisioned workers run on: the next leader adopts them
     await cas.store.aclose()
     await db.dispose()
     return 0
+
+
+async def _listening(server: uvicorn.Server, scheme: str, host: str, stop: asyncio.Event) -> str:
+    """The URL this server answers at on this machine, once it listens ("" if it never did)."""
+    while not server.started and not stop.is_set():  # noqa: ASYNC110  (uvicorn offers no event)
+        await asyncio.sleep(0.05)
+    if not server.started:
+        return ""
+    # The bound port, not the asked one: `--listen 127.0.0.1:0` picks a free port.
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return f"{scheme}://{_dial(host)}:{port}"
+
+
+async def _tell_cli(listening: "asyncio.Task[str]", berth_home: Path, stop: asyncio.Event) -> None:
+    """$BERTH_HOME/server.url says where this server listens while it runs (SPEC section 2)."""
+    url = await listening
+    if not url:
+        return
+    path = await asyncio.to_thread(write_server_url, berth_home, url)
+    logger.info("server_url_written", path=str(path), url=url)
+    await stop.wait()
+    # Only if still ours: a second server on this home may have written its own since.
+    await asyncio.to_thread(remove_server_url, berth_home, url)
 
 
 def _dial(host: str) -> str:
@@ -207,15 +240,15 @@ def _dial(host: str) -> str:
 async def _builtin_worker(
     rt: Runtime,
     *,
-    url: str,
+    listening: "asyncio.Task[str]",
     cafile: str,
     berth_home: Path,
     stop: asyncio.Event,
-    server: uvicorn.Server,
 ) -> None:
     """The `serve` pool's worker: a fresh token each start (the old one is revoked)."""
-    while not server.started and not stop.is_set():  # noqa: ASYNC110  (uvicorn offers no event)
-        await asyncio.sleep(0.05)
+    url = await listening
+    if not url:
+        return
     with contextlib.suppress(Exception):
         await tokens.revoke(rt.db, tokens.SYSTEM, name="serve")
     token, _ = await tokens.create(
