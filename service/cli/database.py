@@ -21,7 +21,7 @@ def database_errors() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if isinstance(exc, CliError):
+        if isinstance(exc, CliError | BrokenPipeError):  # (a closed stdout is an OSError too)
             raise
         if is_unavailable(exc):
             orig = getattr(exc, "orig", None)

@@ -207,8 +207,10 @@ def no_slots_of_kind(kind: str, scope: Sequence[PoolSpec], *, pool: str | None) 
     if pool is not None:
         kinds = ", ".join(sorted(k for p in scope for k in p.slots)) or "none"
         return f"pool {pool} has no slots of kind {kind!r} (its kinds: {kinds})"
-    offered = "; ".join(f"{p.name}: {', '.join(sorted(p.slots))}" for p in scope) or "no pools"
-    return f"no pool has slots of kind {kind!r} (kinds by pool: {offered})"
+    offered = "; ".join(
+        f"{p.name}: {', '.join(sorted(p.slots))}" for p in sorted(scope, key=lambda p: p.name)
+    )
+    return f"no pool has slots of kind {kind!r} (kinds by pool: {offered or 'no pools'})"
 
 
 def _common(workers: Sequence[WorkerView]) -> frozenset[str]:

@@ -220,7 +220,7 @@ class TestWaitingFor:
             ("gpu", "pool gpu has no slots of kind 'foo' (its kinds: agent, eval)"),
             (
                 None,
-                "no pool has slots of kind 'foo' (kinds by pool: gpu: agent, eval; cpu: default)",
+                "no pool has slots of kind 'foo' (kinds by pool: cpu: default; gpu: agent, eval)",
             ),
         ],
     )
