@@ -399,7 +399,7 @@ def check_database_url(url: str) -> None:
             f"database.url {_shown_url(url)!r} is malformed ({exc}); {URL_SHAPE}"
         ) from None
     if parts.scheme not in POSTGRES_SCHEMES:
-        what = f"uses {parts.scheme}://" if parts.scheme else "is not a URL"
+        what = f"uses {parts.scheme}://" if "://" in url else "is not a URL"
         raise Invalid(
             f"database.url {_shown_url(url)!r} {what}: berth needs PostgreSQL, {URL_SHAPE}"
         )

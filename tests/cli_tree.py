@@ -72,7 +72,9 @@ def _value(a: argparse.Action, files: Path) -> str:
     if a.dest in PLACEHOLDERS:
         return PLACEHOLDERS[a.dest]
     if a.type is Path:
-        return str(files if a.dest == "dir" else files / ("out.bin" if a.dest == "out" else "input.txt"))
+        return str(
+            files if a.dest == "dir" else files / ("out.bin" if a.dest == "out" else "input.txt")
+        )
     if a.type is int:
         return "1"
     return "x"
