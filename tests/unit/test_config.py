@@ -237,7 +237,7 @@ class TestInvalid:
         with pytest.raises(Invalid, match=re.escape(words)) as err:
             load(absent, environ=overlay({"database": {"url": url}}))
         assert ":pw@" not in err.value.message
-        with pytest.raises(Invalid, match="^BERTH_DATABASE_URL "):
+        with pytest.raises(Invalid, match=r"^BERTH_DATABASE_URL "):
             load(absent, environ={"BERTH_DATABASE_URL": url})
 
     @pytest.mark.parametrize(
