@@ -19,7 +19,7 @@ class Command:
 
     @property
     def name(self) -> str:
-        return " ".join(self.path) or "(worker)"
+        return " ".join(self.path)
 
 
 # Values for positionals and required options by their dest; anything else gets "x".
@@ -46,6 +46,11 @@ def commands(files: Path) -> list[Command]:
         out.append(_command(path, leaf, None, files))  # e.g. `berth worker` itself: run one
         out += [_command((*path, c), leaf, choice, files) for c in choice.choices or ()]
     return out
+
+
+def parsers() -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every leaf command's parser, with its path."""
+    return _leaves(parser(), ())
 
 
 def _leaves(

@@ -76,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         args = parser().parse_args(argv)
         code = args.func(args)
-        sys.stdout.flush()  # a closed stdout shows here, not in the interpreter's exit
+        if sys.stdout is not None:  # (None when started with fd 1 closed)
+            sys.stdout.flush()  # a closed stdout shows here, not in the interpreter's exit
     except CliError as exc:
         say(str(exc))
         code = exc.code

@@ -6,6 +6,7 @@ ever print a traceback. And the server's commands on an install without the serv
 say what to install.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -15,8 +16,8 @@ import pytest
 
 from service.cli import SERVER_PACKAGES
 from service.core.exits import Exit
-from tests.cli_tree import commands
-from tests.procs import free_port
+from tests.cli_tree import commands, parsers
+from tests.procs import free_port, wait_for
 
 DOCUMENTED = {int(e) for e in Exit}
 OWN_FAILURES = {e for e in DOCUMENTED if e >= Exit.BUG}
@@ -215,3 +216,78 @@ class TestBadDatabaseUrl:
                 check=False,
             )
             assert r.returncode == code and one_berth_line(r.stderr), (url, r.stderr)
+
+
+# For each command that offers --json: arguments that succeed against the server of the test
+# below (job 1 has ended; worker w1 has stopped; a secret and a limit exist). A command that
+# offers --json and is missing here fails the test: add it.
+JSON_ARGS: dict[str, tuple[str, ...]] = {
+    "token create": ("token", "create", "made"),
+    "token list": ("token", "list"),
+    "token revoke": ("token", "revoke", "made"),
+    "worker list": ("worker", "list"),
+    "worker drain": ("worker", "drain", "w1"),
+    "worker disable": ("worker", "disable", "w1"),
+    "worker enable": ("worker", "enable", "w1"),
+    "worker join-token": ("worker", "join-token", "--pool", "serve"),
+    "worker rm": ("worker", "rm", "w1"),
+    "job submit": ("job", "submit", "--", "true"),
+    "job list": ("job", "list"),
+    "job show": ("job", "show", "1"),
+    "job cancel": ("job", "cancel", "2"),
+    "job wait": ("job", "wait", "1"),
+    "job fetch": ("job", "fetch", "1"),
+    "job logs": ("job", "logs", "1"),
+    "pool list": ("pool", "list"),
+    "status": ("status",),
+    "limits set": ("limits", "set", "pools.serve.slots.default=3", "--reason", "sweep"),
+    "limits list": ("limits", "list"),
+    "limits unset": ("limits", "unset", "pools.serve.slots.default"),
+    "secret set": ("secret", "set", "s1", "--stdin"),
+    "secret list": ("secret", "list"),
+    "secret rm": ("secret", "rm", "s1"),
+    "audit list": ("audit", "list"),
+}
+# `berth worker` itself runs a worker: its --json belongs to `worker list`.
+NOT_A_JSON_COMMAND = {"worker"}
+
+
+class TestJson:
+    def test_every_listing_offers_json(self, tmp_path):
+        """Each `list` command, and status, takes --json; no --help says `default None`."""
+        for cmd in commands(tmp_path):
+            if cmd.path[-1:] == ("list",) or cmd.path == ("status",):
+                assert cmd.json, cmd.name
+        for path, leaf in parsers():
+            assert "None" not in leaf.format_help(), path
+
+    def test_json_is_json_wherever_it_is_offered(self, server_factory, worker_factory, tmp_path):
+        """Every command offering --json prints one JSON document (with -f: one per line)."""
+        s = server_factory()
+        assert s.cli("job", "submit", "--wait", "--", "true").code == 0  # job 1
+        w = worker_factory(s, s.worker_token("w1"), "serve", name="a")
+        wait_for(
+            lambda: any(x["name"] == "w1" for x in s.api("GET", "/api/v1/workers").json()),
+            30,
+            "w1 attached",
+        )
+        w.stop()
+        offered = {c.name for c in commands(tmp_path / "files") if c.json} - NOT_A_JSON_COMMAND
+        assert offered == set(JSON_ARGS), offered ^ set(JSON_ARGS)
+        env = s.env(BERTH_TOKEN=s.token)
+        for name, argv in JSON_ARGS.items():
+            r = subprocess.run(
+                [sys.executable, "-m", "service", *argv, "--json"],
+                env=env,
+                input="a secret\n",
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                cwd=tmp_path,
+            )
+            assert r.returncode == 0, (name, r.stderr)
+            try:
+                json.loads(r.stdout)
+            except ValueError:
+                raise AssertionError((name, r.stdout[:300])) from None

@@ -43,7 +43,9 @@ class TestExitCodes:
         """`berth --help` ends with the table; README.md has it word for word."""
         text = parser().format_help()
         for code, meaning in exits.TABLE:
-            assert re.search(rf"^\s+{re.escape(code)}\s+{re.escape(meaning[:40])}", text, re.MULTILINE)
+            assert re.search(
+                rf"^\s+{re.escape(code)}\s+{re.escape(meaning[:40])}", text, re.MULTILINE
+            )
         assert exits.markdown() in (ROOT / "README.md").read_text()
 
 
