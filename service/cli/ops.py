@@ -8,6 +8,7 @@ from typing import Any
 
 from service.cli.client import Client, CliError, add_server_arg, listing, print_json
 from service.cli.database import ops_url
+from service.core.exits import Exit
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -153,6 +154,6 @@ def audit_head(args: argparse.Namespace) -> int:
     with ops_url(args.config) as url:
         found = asyncio.run(run(url))
     if found is None:
-        raise CliError("no audit entry is sealed yet")
+        raise CliError("no audit entry is sealed yet", Exit.NOT_FOUND)
     print(audit_chain.show_head(*found))
     return 0

@@ -66,6 +66,7 @@ class TestFindsItsServer:
         """On a clean stop the file is removed only while it still holds this server's URL."""
         s = server_factory(builtin_worker=False)
         path = s.home / "server.url"
+        assert path.read_text().strip() == s.url
         path.write_text("http://127.0.0.1:1\n")  # a second server on this home, since
         s.stop()
         assert path.read_text() == "http://127.0.0.1:1\n"

@@ -20,7 +20,8 @@ async def waiting_for(api: Api, **body: object) -> str:
 
 class TestProvisionedPool:
     async def test_a_label_its_workers_do_not_carry(self, api_with):
-        """A required label the provisioner's workers lack: it says it starts none for it."""
+        """A required label the provisioner's workers lack: it says it starts none for it;
+        labels they carry, or `prefer`: workers start when jobs wait."""
         api = await api_with(CPU)
         said = await waiting_for(api, labels=["gpu", "ssd"])
         assert said == (
@@ -28,13 +29,9 @@ class TestProvisionedPool:
             "for it: its provisioner's workers do not carry label gpu (they carry: ssd; "
             "[pools.cpu.provisioner] labels)"
         )
-
-    async def test_labels_it_carries_or_a_preferring_job(self, api_with):
-        """Labels its workers carry, or `prefer`: workers start when jobs wait."""
-        api = await api_with(CPU)
-        expected = (
+        starts = (
             "no worker of pool cpu with default slots is attached; "
             "pool cpu starts workers when jobs wait"
         )
-        assert await waiting_for(api, labels=["ssd"]) == expected
-        assert await waiting_for(api, labels=["gpu"], device_policy="prefer") == expected
+        assert await waiting_for(api, labels=["ssd"]) == starts
+        assert await waiting_for(api, labels=["gpu"], device_policy="prefer") == starts

@@ -221,37 +221,29 @@ class TestInvalid:
         config = load(absent, environ=overlay({"executor": {"forget_lost_after_seconds": 0.5}}))
         assert config.executor.forget_lost_after_seconds == 0.5
 
-    @pytest.mark.parametrize(
-        ("url", "words"),
-        [
+    def test_database_urls(self, absent):
+        """A database URL berth cannot use is refused naming the key, never its password;
+        PostgreSQL URLs in their usual shapes pass."""
+        for url, words in (
             ("mysql://x/y", "database.url 'mysql://x/y' uses mysql://: berth needs PostgreSQL"),
             (
                 "postgresql://u:pw@h:port/db",
                 "database.url 'postgresql://u:***@h:port/db' is malformed",
             ),
             ("db.example:5432", "is not a URL"),
-        ],
-    )
-    def test_database_url(self, absent, url, words):
-        """A database URL berth cannot use is refused naming the key, never its password."""
-        with pytest.raises(Invalid, match=re.escape(words)) as err:
-            load(absent, environ=overlay({"database": {"url": url}}))
-        assert ":pw@" not in err.value.message
-        with pytest.raises(Invalid, match=r"^BERTH_DATABASE_URL "):
-            load(absent, environ={"BERTH_DATABASE_URL": url})
-
-    @pytest.mark.parametrize(
-        "url",
-        [
+        ):
+            with pytest.raises(Invalid, match=re.escape(words)) as err:
+                load(absent, environ=overlay({"database": {"url": url}}))
+            assert ":pw@" not in err.value.message
+            with pytest.raises(Invalid, match=r"^BERTH_DATABASE_URL "):
+                load(absent, environ={"BERTH_DATABASE_URL": url})
+        for url in (
             "postgresql://berth:pw@db.internal:5432/berth?sslmode=verify-full",
             "postgres://root@127.0.0.1/x",
             "postgresql+asyncpg://u@[::1]:5432/x",
             "postgresql:///berth?host=/var/run/postgresql",
-        ],
-    )
-    def test_database_urls_berth_takes(self, absent, url):
-        """PostgreSQL URLs in their usual shapes pass."""
-        assert load(absent, environ={"BERTH_DATABASE_URL": url}).database.url == url
+        ):
+            assert load(absent, environ={"BERTH_DATABASE_URL": url}).database.url == url
 
     @pytest.mark.parametrize("slots", [{}, {"a": -1}, {"a": 2, "b": -3}])
     def test_pool_slots(self, absent, slots):
