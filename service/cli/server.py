@@ -196,7 +196,12 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                 ),
                 name="builtin-worker",
             )
-        told = tg.create_task(_tell_cli(listening, berth_home, stop), name="server-url")
+        told = tg.create_task(
+            _tell_cli(
+                listening, berth_home, stop, known=_written_now(berth_home, scheme, host, port)
+            ),
+            name="server-url",
+        )
         await stop.wait()
         logger.info("stopping")
         server.should_exit = True
@@ -219,13 +224,30 @@ async def _listening(server: uvicorn.Server, scheme: str, host: str, stop: async
     return f"{scheme}://{_dial(host)}:{port}"
 
 
-async def _tell_cli(listening: "asyncio.Task[str]", berth_home: Path, stop: asyncio.Event) -> None:
+def _written_now(berth_home: Path, scheme: str, host: str, port: int) -> str:
+    """Write $BERTH_HOME/server.url before the server answers, when its port is known already.
+
+    So a CLI started once `/readyz` answers (`serve --detach`, a script) finds it. "" when the
+    port is picked at bind time (`--listen HOST:0`): written once it listens.
+    """
+    if not port:
+        return ""
+    url = f"{scheme}://{_dial(host)}:{port}"
+    path = write_server_url(berth_home, url)
+    logger.info("server_url_written", path=str(path), url=url)
+    return url
+
+
+async def _tell_cli(
+    listening: "asyncio.Task[str]", berth_home: Path, stop: asyncio.Event, *, known: str
+) -> None:
     """$BERTH_HOME/server.url says where this server listens while it runs (SPEC section 2)."""
-    url = await listening
+    url = known or await listening
     if not url:
         return
-    path = await asyncio.to_thread(write_server_url, berth_home, url)
-    logger.info("server_url_written", path=str(path), url=url)
+    if not known:
+        path = await asyncio.to_thread(write_server_url, berth_home, url)
+        logger.info("server_url_written", path=str(path), url=url)
     await stop.wait()
     # Only if still ours: a second server on this home may have written its own since.
     await asyncio.to_thread(remove_server_url, berth_home, url)
