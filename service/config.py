@@ -13,6 +13,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -101,6 +102,7 @@ class Executor(Section, frozen=True):
         bounds.RELAY_MAX_SAVE_GB
     )  # what one job may save through its relay (0: nothing)
     relay_max_in_flight: int = 8  # relayed requests in flight per worker session on the server
+    forget_lost_after_seconds: float = 86400.0  # a lost or gone worker leaves `worker list`
 
 
 class Toleration(Section, frozen=True):
@@ -232,7 +234,12 @@ def load(path: Path | None = None, *, environ: Mapping[str, str] = os.environ) -
     ) as exc:  # "Object contains unknown field `lisen` - at `$.network`"
         where = f"{path} with BERTH_CONFIG_JSON" if environ.get("BERTH_CONFIG_JSON") else str(path)
         raise Invalid(f"{where}: {exc}") from None
-    check(config)
+    try:
+        check(config)
+    except Invalid as exc:
+        if environ.get("BERTH_DATABASE_URL") and exc.message.startswith("database.url"):
+            raise Invalid(exc.message.replace("database.url", "BERTH_DATABASE_URL", 1)) from None
+        raise
     return config
 
 
@@ -272,6 +279,8 @@ def _raw(path: Path, environ: Mapping[str, str]) -> dict[str, Any]:
 def check(config: Config) -> None:
     """Rules that span keys; raise Invalid naming the key."""
     split_listen(config.network.listen)
+    if config.database.url:
+        check_database_url(config.database.url)
     _check_executor(config.executor)
     for name, pool in config.pools.items():
         if not pool.slots or any(n < 0 for n in pool.slots.values()):
@@ -326,8 +335,9 @@ def _check_executor(e: Executor) -> None:
         "credential_rotate_hours",
         "output_tail_kb",
         "pack_seconds",
+        "forget_lost_after_seconds",
     ):
-        if getattr(e, key) <= 0:
+        if not getattr(e, key) > 0:  # NaN fails too
             raise Invalid(f"executor.{key} must be positive")
     if e.unreachable_seconds + e.evict_seconds <= 3 * e.heartbeat_seconds:
         raise Invalid(
@@ -445,6 +455,37 @@ def _check_cas(cas: Cas) -> None:
         raise Invalid(
             f"cas.max_blob_gb must be a finite number above 0 (at most {bounds.MAX_GB:.0f})"
         )
+
+
+POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg")
+URL_SHAPE = "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+
+
+def check_database_url(url: str) -> None:
+    """A PostgreSQL URL berth can use; Invalid naming the problem (never the password)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError on a port that is not a number)
+    except ValueError as exc:
+        raise Invalid(
+            f"database.url {_shown_url(url)!r} is malformed ({exc}); {URL_SHAPE}"
+        ) from None
+    if parts.scheme not in POSTGRES_SCHEMES:
+        what = f"uses {parts.scheme}://" if "://" in url else "is not a URL"
+        raise Invalid(
+            f"database.url {_shown_url(url)!r} {what}: berth needs PostgreSQL, {URL_SHAPE}"
+        )
+
+
+def _shown_url(url: str) -> str:
+    """The URL with its password, if any, replaced by ***."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url if len(url) <= 80 else url[:77] + "..."
+    userinfo, at, host = rest.rpartition("@")
+    if at and ":" in userinfo:
+        rest = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    return f"{scheme}://{rest}"
 
 
 def split_listen(listen: str) -> tuple[str, int]:

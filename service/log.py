@@ -12,6 +12,8 @@ from typing import Any
 
 import structlog
 
+from service import stdlog
+
 REDACTED_KEYS = frozenset({"token", "authorization", "secret", "secrets", "env", "password"})
 
 
@@ -53,3 +55,4 @@ def configure(level: str = "info", *, json: bool | None = None) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    stdlog.quiet_http_client()

@@ -56,6 +56,7 @@ class Server:
     scheme: str = "http"
     extra_env: dict[str, str] = field(default_factory=dict)  # for the server, its CLI and workers
     verify: Any = True  # what the test's own HTTP client trusts (an SSLContext for a private CA)
+    args: Sequence[str] = ()  # more `berth serve` arguments
 
     @property
     def url(self) -> str:
@@ -80,6 +81,7 @@ class Server:
         argv = [sys.executable, "-m", "service", "serve", "--listen", f"127.0.0.1:{self.port}"]
         if not self.builtin_worker:
             argv.append("--no-builtin-worker")
+        argv += list(self.args)
         log = (self.home / "serve.log").open("ab")
         self.proc = subprocess.Popen(argv, env=self.env(), stdout=log, stderr=log)
         deadline = time.monotonic() + timeout

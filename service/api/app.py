@@ -19,6 +19,7 @@ ROUTES = [
     jobs.logs,
     fleet.list_workers,
     fleet.set_worker_state,
+    fleet.remove_worker,
     joining.create,
     fleet.pools,
     fleet.status,

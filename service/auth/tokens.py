@@ -4,6 +4,8 @@ import hashlib
 import secrets
 
 PREFIX = "brt_"
+# The refusal of a malformed credential; the CLI names where it came from.
+NOT_A_TOKEN = "not a berth token (brt_…)"  # noqa: S105  (a message, not a password)
 
 
 def mint() -> str:

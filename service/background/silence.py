@@ -1,9 +1,13 @@
-"""The two stages of silence (SPEC §5): unreachable -> no new lease; lost -> leases expire."""
+"""The two stages of silence (SPEC §5): unreachable -> no new lease; lost -> leases expire.
+
+Then, much later, a lost or gone worker holding no lease is forgotten: it leaves `worker list`
+after `[executor] forget_lost_after_seconds`.
+"""
 
 from service.background.loop import Loop
 from service.config import Executor
 from service.db.engine import Database
-from service.domain import leasing
+from service.domain import fleet, leasing
 
 
 class ExpireSilent(Loop):
@@ -20,3 +24,4 @@ class ExpireSilent(Loop):
             unreachable=self._executor.unreachable_seconds,
             evict=self._executor.evict_seconds,
         )
+        await fleet.forget_lost(self._db, after=self._executor.forget_lost_after_seconds)

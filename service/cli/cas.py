@@ -15,7 +15,7 @@ from typing import Any
 
 from service.cas import base
 from service.cli import transfer
-from service.cli.client import Client, CliError
+from service.cli.client import Client, CliError, add_server_arg
 from service.core.errors import Invalid
 
 DEFAULT_LISTEN = "127.0.0.1:7701"
@@ -30,12 +30,12 @@ def add(sub: Any) -> None:  # noqa: ANN401
     sv.add_argument("--config", type=Path, help="config file (default $BERTH_HOME/berth.toml)")
     sv.set_defaults(func=serve)
     pt = csub.add_parser("put", help="upload a file; prints its sha256")
-    pt.add_argument("--server", help="server URL (env BERTH_SERVER)")
+    add_server_arg(pt, json=False)
     pt.add_argument("--tenant")
     pt.add_argument("file", type=Path)
     pt.set_defaults(func=put)
     gt = csub.add_parser("get", help="download a blob to OUT, or to stdout")
-    gt.add_argument("--server", help="server URL (env BERTH_SERVER)")
+    add_server_arg(gt, json=False)
     gt.add_argument("--tenant")
     gt.add_argument("sha256")
     gt.add_argument("out", nargs="?", type=Path)

@@ -10,6 +10,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from service.cli.client import CliError
+from service.core.exits import Exit
+
+
+@contextlib.contextmanager
+def database_errors() -> Iterator[None]:
+    """A database that cannot be reached or lets us not in is one line, never a traceback."""
+    from service.db.engine import is_unavailable, refusal  # noqa: PLC0415
+
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, CliError | BrokenPipeError):  # (a closed stdout is an OSError too)
+            raise
+        if is_unavailable(exc):
+            orig = getattr(exc, "orig", None)
+            raise CliError(f"cannot reach the database: {orig or exc}", Exit.UNREACHABLE) from None
+        if (said := refusal(exc)) is not None:
+            raise CliError(f"the database refused: {said}", Exit.REFUSED) from None
+        raise
 
 
 @contextlib.contextmanager
@@ -22,7 +41,8 @@ def ops_url(config_path: Path | None) -> Iterator[str]:
     log.configure("warning")
     cfg = config.load(config_path)
     if cfg.database.url:
-        yield cfg.database.url
+        with database_errors():
+            yield cfg.database.url
         return
     home = config.home()
     if not (home / "postgres" / "PG_VERSION").exists():
@@ -32,6 +52,7 @@ def ops_url(config_path: Path | None) -> Iterator[str]:
         )
     embedded = Embedded(home)
     try:
-        yield embedded.url
+        with database_errors():
+            yield embedded.url
     finally:
         embedded.stop()

@@ -4,11 +4,15 @@ import argparse
 import base64
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from service.cli import transfer
 from service.cli.client import Client, CliError, add_server_arg, listing, print_json
+from service.core.exits import Exit
 from service.core.states import JobState, exit_status
 
 
@@ -37,7 +41,16 @@ def add(sub: Any) -> None:  # noqa: ANN401
     s.add_argument("--max-attempts", type=int, default=3)
     s.add_argument("--priority", type=int, default=0)
     s.add_argument("--python", metavar="FILE", help="Python source that travels with the job")
-    s.add_argument("--wait", action="store_true", help="stream output; exit with the job's code")
+    s.add_argument(
+        "--wait",
+        action="store_true",
+        help="stream output; exit with the job's code (with --json: print the job when it ends)",
+    )
+    s.add_argument(
+        "--cancel-on-interrupt",
+        action="store_true",
+        help="with --wait: Ctrl-C cancels the job (without it, the job goes on)",
+    )
     s.add_argument("command", nargs=argparse.REMAINDER)
     s.set_defaults(func=submit)
 
@@ -56,6 +69,12 @@ def add(sub: Any) -> None:  # noqa: ANN401
         c = jsub.add_parser(name, help=helptext)
         add_server_arg(c)
         c.add_argument("id", type=int)
+        if name == "wait":
+            c.add_argument(
+                "--cancel-on-interrupt",
+                action="store_true",
+                help="Ctrl-C cancels the job (without it, the job goes on)",
+            )
         c.set_defaults(func=func)
 
     fe = jsub.add_parser("fetch", help="download a job's outputs ($BERTH_OUTPUT) into DIR")
@@ -64,10 +83,15 @@ def add(sub: Any) -> None:  # noqa: ANN401
     fe.add_argument("dir", nargs="?", type=Path, default=Path())
     fe.set_defaults(func=fetch)
 
-    lg = jsub.add_parser("logs", help="a job's output")
+    lg = jsub.add_parser(
+        "logs",
+        help="a job's output (--json: its chunks as text; with -f one JSON object a line)",
+    )
     add_server_arg(lg)
     lg.add_argument("id", type=int)
-    lg.add_argument("--follow", "-f", action="store_true")
+    lg.add_argument(
+        "--follow", "-f", action="store_true", help="until the job ends; exit with its code"
+    )
     lg.set_defaults(func=logs)
 
 
@@ -141,22 +165,55 @@ def submit(args: argparse.Namespace) -> int:
         else:
             print(job["id"])
         return 0
-    return follow(client, job["id"])
+    job_id = job["id"]
+    # stdout is the job's: its id goes to stderr, so a job that never starts still has a name.
+    sys.stderr.write(f"berth: job {job_id} submitted; waiting for it to end\n")
+    sys.stderr.flush()
+    if args.json:
+        return interruptible(
+            client, job_id, args.cancel_on_interrupt, lambda: _wait(client, job_id, as_json=True)
+        )
+    return interruptible(client, job_id, args.cancel_on_interrupt, lambda: follow(client, job_id))
 
 
-def follow(client: Client, job_id: int) -> int:
-    """Stream a job's output to our stdout/stderr; return the exit status it ended with."""
+def interruptible(client: Client, job_id: int, cancel: bool, waiting: Callable[[], int]) -> int:
+    """`waiting()`, and on Ctrl-C say that the job goes on (and how to cancel it), or cancel it."""
+    try:
+        return waiting()
+    except KeyboardInterrupt:
+        if cancel:
+            job = client.call("POST", f"/api/v1/jobs/{job_id}/cancel")
+            sys.stderr.write(f"berth: job {job_id} {job['state']}: cancelled on interrupt\n")
+        else:
+            sys.stderr.write(
+                f"berth: job {job_id} goes on; only the waiting stopped. "
+                f"Cancel it with: berth job cancel {job_id}\n"
+            )
+        return Exit.INTERRUPTED
+
+
+def follow(client: Client, job_id: int, *, as_json: bool = False) -> int:
+    """Stream a job's output to our stdout/stderr; return the exit status it ended with.
+
+    `as_json`: the server's lines as they come (chunks as text, then the result), one JSON
+    object a line.
+    """
     after = 0
+    encoding = "text" if as_json else "base64"
     while True:
         for line in client.stream_lines(
-            f"/api/v1/jobs/{job_id}/logs", follow="true", after=after, encoding="base64"
+            f"/api/v1/jobs/{job_id}/logs", follow="true", after=after, encoding=encoding
         ):
-            if "b64" in line:
+            if as_json:
+                sys.stdout.write(msgspec.json.encode(line).decode() + "\n")
+                sys.stdout.flush()
+            if "stream" in line:
                 after = line["id"]
-                _write(line)
+                if not as_json:
+                    _write(line)
             elif "state" in line:
                 state = JobState(line["state"])
-                if state is not JobState.SUCCEEDED and line.get("error"):
+                if state is not JobState.SUCCEEDED and line.get("error") and not as_json:
                     sys.stderr.write(f"berth: job {job_id} {state}: {line['error']}\n")
                 return exit_status(state, line.get("exit_code"))
         time.sleep(0.5)  # the stream ended early (a server restart): pick up where it stopped
@@ -228,12 +285,17 @@ def fetch(args: argparse.Namespace) -> int:
     client = Client(args.server)
     job = client.call("GET", f"/api/v1/jobs/{args.id}")
     root = args.dir.resolve()
+    fetched = []
     for out in job.get("outputs") or []:
         target = (root / out["path"]).resolve()
         if not target.is_relative_to(root):  # a path the job chose: never outside DIR
             raise CliError(f"output {out['path']!r} would land outside {root}")
         transfer.download(client, out["sha256"], target, tenant=job["tenant"])
-        print(target)
+        fetched.append({**out, "file": str(target)})
+        if not args.json:
+            print(target)
+    if args.json:
+        print_json(fetched)
     return 0
 
 
@@ -248,11 +310,17 @@ def cancel(args: argparse.Namespace) -> int:
 
 def wait(args: argparse.Namespace) -> int:
     client = Client(args.server)
+    return interruptible(
+        client, args.id, args.cancel_on_interrupt, lambda: _wait(client, args.id, as_json=args.json)
+    )
+
+
+def _wait(client: Client, job_id: int, *, as_json: bool) -> int:
     while True:
-        job = client.call("GET", f"/api/v1/jobs/{args.id}")
+        job = client.call("GET", f"/api/v1/jobs/{job_id}")
         state = JobState(job["state"])
         if state.terminal:
-            if args.json:
+            if as_json:
                 print_json(job)
             return exit_status(state, job["exit_code"])
         time.sleep(0.2)
@@ -261,15 +329,21 @@ def wait(args: argparse.Namespace) -> int:
 def logs(args: argparse.Namespace) -> int:
     client = Client(args.server)
     if args.follow:
-        follow(client, args.id)
-        return 0
+        return follow(client, args.id, as_json=args.json)
     after = 0
+    encoding = "text" if args.json else "base64"
+    chunks: list[dict[str, Any]] = []
     while True:
-        got = client.call("GET", f"/api/v1/jobs/{args.id}/logs", after=after, encoding="base64")
+        got = client.call("GET", f"/api/v1/jobs/{args.id}/logs", after=after, encoding=encoding)
         for c in got["chunks"]:
-            _write(c)
+            if args.json:
+                chunks.append(c)
+            else:
+                _write(c)
             after = c["id"]
         if not got["chunks"]:
+            if args.json:
+                print_json({"id": args.id, **got, "chunks": chunks})
             return 0
 
 

@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.cli.client import Client, CliError, add_server_arg, listing
+from service.cli.client import Client, CliError, add_server_arg, listing, print_json
 from service.cli.database import ops_url
+from service.core.exits import Exit
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -73,8 +74,11 @@ def secret_set(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"value": value, "tenants": args.tenant}
     if args.all_tenants:
         body["all_tenants"] = True
-    done = Client(args.server).call("PUT", f"/api/v1/secrets/{args.name}", body)
-    print(f"set {args.name} for {', '.join(done['owners'])}")
+    out = Client(args.server).call("PUT", f"/api/v1/secrets/{args.name}", body)
+    if args.json:
+        print_json(out)
+    else:
+        print(f"set {args.name} for {', '.join(out['owners'])}")
     return 0
 
 
@@ -89,13 +93,16 @@ def secret_list(args: argparse.Namespace) -> int:
 
 
 def secret_rm(args: argparse.Namespace) -> int:
-    Client(args.server).call(
+    out = Client(args.server).call(
         "DELETE",
         f"/api/v1/secrets/{args.name}",
         tenant=args.tenant or None,
         all_tenants="true" if args.all_tenants else None,
     )
-    print(f"removed {args.name}")
+    if args.json:
+        print_json(out)
+    else:
+        print(f"removed {args.name}")
     return 0
 
 
@@ -145,7 +152,7 @@ def audit_verify(args: argparse.Namespace) -> int:
         result = asyncio.run(run(url))
     if result.broken:
         print(f"berth: audit chain broken: {result.broken}", file=sys.stderr)
-        return 1
+        return 1  # what a check that fails exits with, as `cmp` and `diff` do
     print(
         f"audit chain intact: {result.keyed + result.plain} entries verified "
         f"({result.keyed} keyed, {result.plain} sealed before keys), "
@@ -169,6 +176,6 @@ def audit_head(args: argparse.Namespace) -> int:
     with ops_url(args.config) as url:
         found = asyncio.run(run(url))
     if found is None:
-        raise CliError("no audit entry is sealed yet")
+        raise CliError("no audit entry is sealed yet", Exit.NOT_FOUND)
     print(audit_chain.show_head(*found))
     return 0

@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 
 from service.cli.client import CliError
+from service.cli.logflags import add_log_args, log_json
+from service.core.exits import Exit
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -24,6 +26,7 @@ def add(sub: Any) -> None:  # noqa: ANN401
     p.add_argument("--config", type=Path, help="config file (default $BERTH_HOME/berth.toml)")
     p.add_argument("--detach", action="store_true", help="run in the background; log to serve.log")
     p.add_argument("--no-builtin-worker", action="store_true", help=argparse.SUPPRESS)
+    add_log_args(p)
     p.set_defaults(func=run)
 
 
@@ -46,7 +49,14 @@ def run(args: argparse.Namespace) -> int:
     from service.cli import server  # noqa: PLC0415
 
     builtin = cfg.builtin_worker() and not args.no_builtin_worker
-    return server.main(cfg, host=host, port=port, builtin_worker=builtin)
+    return server.main(
+        cfg,
+        host=host,
+        port=port,
+        builtin_worker=builtin,
+        log_level=args.log_level,
+        log_json=log_json(args),
+    )
 
 
 def _detach(args: argparse.Namespace, host: str, port: int, cfg: Any) -> int:  # noqa: ANN401
@@ -58,6 +68,9 @@ def _detach(args: argparse.Namespace, host: str, port: int, cfg: Any) -> int:  #
     argv = [sys.executable, "-m", "service", "serve", "--listen", f"{host}:{port}"]
     if args.config:
         argv += ["--config", str(args.config)]
+    argv += ["--log-level", args.log_level]
+    if args.log_format:
+        argv += ["--log-format", args.log_format]
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen(
             argv,
@@ -71,7 +84,9 @@ def _detach(args: argparse.Namespace, host: str, port: int, cfg: Any) -> int:  #
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise CliError(f"berth serve exited with {proc.returncode}; see {log_path}", 1)
+            raise CliError(
+                f"berth serve exited with {proc.returncode}; see {log_path}", Exit.SERVER_ERROR
+            )
         try:
             if httpx.get(f"{url}/readyz", timeout=1, verify=False).status_code == 200:  # noqa: S501
                 print(f"berth serve running (pid {proc.pid}) at {url}; log: {log_path}")
@@ -80,4 +95,4 @@ def _detach(args: argparse.Namespace, host: str, port: int, cfg: Any) -> int:  #
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    raise CliError(f"berth serve did not become ready in 120s; see {log_path}", 1)
+    raise CliError(f"berth serve did not become ready in 120s; see {log_path}", Exit.SERVER_ERROR)

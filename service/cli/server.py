@@ -28,9 +28,11 @@ from service.background.output_pack import PackOutput
 from service.background.provision import Provision
 from service.background.silence import ExpireSilent
 from service.background.supervisor import run_when_leader
-from service.cli.client import CliError
+from service.cli.client import CliError, remove_server_url, write_server_url
+from service.cli.database import database_errors
 from service.config import Config, home
 from service.core.errors import BerthError, Unavailable
+from service.core.exits import Exit
 from service.db import migrate, notify
 from service.db.embedded import Embedded, private_home, write_private
 from service.db.engine import Database
@@ -51,8 +53,16 @@ class _Uvicorn(uvicorn.Server):
         yield  # berth handles SIGTERM/SIGINT itself, to stop every part in order
 
 
-def main(cfg: Config, *, host: str, port: int, builtin_worker: bool) -> int:
-    log.configure()
+def main(
+    cfg: Config,
+    *,
+    host: str,
+    port: int,
+    builtin_worker: bool,
+    log_level: str = "info",
+    log_json: bool | None = None,
+) -> int:
+    log.configure(log_level, json=log_json)
     # Jobs of the built-in worker may run as this user (a server that is not root): they must
     # not read this process's environment (BERTH_DATABASE_URL, BERTH_SECRET_KEY) or memory.
     hardening.undumpable()
@@ -60,17 +70,19 @@ def main(cfg: Config, *, host: str, port: int, builtin_worker: bool) -> int:
     private_home(berth_home)
     embedded: Embedded | None = None
     url = cfg.database.url
-    if not url:
-        embedded = Embedded(berth_home)
-        url = embedded.url
-    try:
-        if embedded is not None:
-            migrate.upgrade(url)
-        # uvloop: the server is all socket I/O (workers, clients, Postgres); uvloop halves its cost.
-        return uvloop.run(_serve(cfg, url, host, port, berth_home, builtin_worker, embedded))
-    finally:
-        if embedded is not None:
-            embedded.stop()
+    with database_errors():
+        if not url:
+            embedded = Embedded(berth_home)
+            url = embedded.url
+        try:
+            if embedded is not None:
+                migrate.upgrade(url)
+            # uvloop: the server is all socket I/O (workers, clients, Postgres); uvloop halves
+            # its cost.
+            return uvloop.run(_serve(cfg, url, host, port, berth_home, builtin_worker, embedded))
+        finally:
+            if embedded is not None:
+                embedded.stop()
 
 
 async def _serve(  # noqa: PLR0917  (called once, from main)
@@ -105,7 +117,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     try:  # the limits in force before the first dispatch pass
         await limits_watch.refresh(rt)
     except Unavailable as exc:
-        raise CliError(f"cannot read the limits: {exc.message}", 3) from None
+        raise CliError(f"cannot read the limits: {exc.message}", Exit.UNREACHABLE) from None
     limits = limits_watch.Watch(rt)
     admin = await tokens.ensure_admin(db)
     if admin is not None:
@@ -176,22 +188,29 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
             ),
             name="leader",
         )
+        listening = tg.create_task(_listening(server, scheme, host, stop), name="listening")
         if builtin_worker:
             tg.create_task(
                 _builtin_worker(
                     token=builtin_token,
-                    url=f"{scheme}://{_dial(host)}:{port}",
+                    listening=listening,
                     cafile=certfile or "",
                     home=builtin_home,
                     stop=stop,
-                    server=server,
                 ),
                 name="builtin-worker",
             )
+        told = tg.create_task(
+            _tell_cli(
+                listening, berth_home, stop, known=_written_now(berth_home, scheme, host, port)
+            ),
+            name="server-url",
+        )
         await stop.wait()
         logger.info("stopping")
         server.should_exit = True
         await web
+        await told
     await provision.close()  # provisioned workers run on: the next leader adopts them
     await cas.store.aclose()
     await db.dispose()
@@ -199,11 +218,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
 
 
 async def _check_migrated(url: str) -> None:
-    try:
-        current = await migrate.is_current(url)
-    except OSError as exc:
-        raise CliError(f"cannot reach the database: {exc}", 3) from None
-    if not current:
+    if not await migrate.is_current(url):
         raise CliError(
             "the database is not migrated to this berth's schema: run `berth db upgrade` first"
         )
@@ -236,6 +251,46 @@ def _dial(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+async def _listening(server: uvicorn.Server, scheme: str, host: str, stop: asyncio.Event) -> str:
+    """The URL this server answers at on this machine, once it listens ("" if it never did)."""
+    while not server.started and not stop.is_set():  # noqa: ASYNC110  (uvicorn offers no event)
+        await asyncio.sleep(0.05)
+    if not server.started:
+        return ""
+    # The bound port, not the asked one: `--listen 127.0.0.1:0` picks a free port.
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return f"{scheme}://{_dial(host)}:{port}"
+
+
+def _written_now(berth_home: Path, scheme: str, host: str, port: int) -> str:
+    """Write $BERTH_HOME/server.url before the server answers, when its port is known already.
+
+    So a CLI started once `/readyz` answers (`serve --detach`, a script) finds it. "" when the
+    port is picked at bind time (`--listen HOST:0`): written once it listens.
+    """
+    if not port:
+        return ""
+    url = f"{scheme}://{_dial(host)}:{port}"
+    path = write_server_url(berth_home, url)
+    logger.info("server_url_written", path=str(path), url=url)
+    return url
+
+
+async def _tell_cli(
+    listening: "asyncio.Task[str]", berth_home: Path, stop: asyncio.Event, *, known: str
+) -> None:
+    """$BERTH_HOME/server.url says where this server listens while it runs (SPEC section 2)."""
+    url = known or await listening
+    if not url:
+        return
+    if not known:
+        path = await asyncio.to_thread(write_server_url, berth_home, url)
+        logger.info("server_url_written", path=str(path), url=url)
+    await stop.wait()
+    # Only if still ours: a second server on this home may have written its own since.
+    await asyncio.to_thread(remove_server_url, berth_home, url)
+
+
 def _listen_key(host: str, port: int) -> str:
     """A folder name for one listen address: each server on a home keeps its own worker."""
     return "".join(c if c.isalnum() or c in "-." else "_" for c in f"{host}_{port}")
@@ -246,10 +301,15 @@ async def _builtin_credential(db: Database, home: Path) -> str:
     name_file = home / "name"
     name = name_file.read_text().strip() if name_file.exists() else ""
     try:
-        token, name = await tokens.builtin_worker(db, stored=credential.load(home), name=name)
+        stored = credential.load(home)
+        token, name = await tokens.builtin_worker(
+            db, stored=stored.token if stored else "", name=name
+        )
     except BerthError as exc:
-        raise CliError(f"cannot make the built-in worker's credential: {exc.message}", 3) from None
-    credential.store(home, token)
+        raise CliError(
+            f"cannot make the built-in worker's credential: {exc.message}", Exit.SERVER_ERROR
+        ) from None
+    credential.store(home, token, name=name, origin=credential.digest(token))
     write_private(name_file, name + "\n")
     return token
 
@@ -257,15 +317,15 @@ async def _builtin_credential(db: Database, home: Path) -> str:
 async def _builtin_worker(
     *,
     token: str,
-    url: str,
+    listening: "asyncio.Task[str]",
     cafile: str,
     home: Path,
     stop: asyncio.Event,
-    server: uvicorn.Server,
 ) -> None:
     """The `serve` pool's worker, with this server's own identity (its folder under `home`)."""
-    while not server.started and not stop.is_set():  # noqa: ASYNC110  (uvicorn offers no event)
-        await asyncio.sleep(0.05)
+    url = await listening
+    if not url:
+        return
     worker = worker_main.Worker(
         worker_main.Options(
             server=url,

@@ -20,7 +20,8 @@ import httpx
 
 from service.cas import files, tree
 from service.cas.files import CHUNK
-from service.cli.client import Client, CliError, result
+from service.cli.client import Client, CliError
+from service.core.exits import Exit
 
 
 def upload(client: Client, path: Path, *, tenant: str | None) -> dict[str, Any]:
@@ -44,10 +45,10 @@ def upload(client: Client, path: Path, *, tenant: str | None) -> dict[str, Any]:
             resp = client.request(
                 "PUT", f"/api/v1/cas/{sha}", params=params, content=body, timeout=None
             )
-        result(resp)
+        client.result(resp)
         sent = size
     elif head.status_code != 200:
-        result(head)
+        client.result(head)
     name = path.resolve().name
     return {"name": name, "sha256": sha, "kind": kind, "size": size, "sent": sent}
 
@@ -63,7 +64,7 @@ def download(client: Client, sha: str, dest: Path | None, *, tenant: str | None 
         with client.stream("GET", f"/api/v1/cas/{sha}", params) as r:
             if r.status_code >= 400:
                 r.read()
-                result(r)
+                client.result(r)
             if dest is None:
                 size = _verified(r.iter_bytes(CHUNK), sha, sys.stdout.buffer.write)
                 sys.stdout.buffer.flush()
@@ -73,7 +74,7 @@ def download(client: Client, sha: str, dest: Path | None, *, tenant: str | None 
         raise CliError(
             f"the download of {sha} was cut short ({type(exc).__name__}): "
             "the server found the blob corrupt, or went away",
-            3,
+            Exit.UNREACHABLE,
         ) from None
 
 
@@ -89,7 +90,9 @@ def _verified(chunks: Iterator[bytes], sha: str, sink: Callable[[bytes], object]
             sink(held)
         held = chunk
     if digest.hexdigest() != sha:
-        raise CliError(f"blob {sha} is corrupt: it hashes to {digest.hexdigest()}", 1)
+        raise CliError(
+            f"blob {sha} is corrupt: it hashes to {digest.hexdigest()}", Exit.SERVER_ERROR
+        )
     if held is not None:
         sink(held)
     return size

@@ -1,17 +1,28 @@
-"""`berth worker` (run one) and `berth worker list | drain | disable | enable NAME`."""
+"""`berth worker` (run one) and `berth worker list | drain | disable | enable | rm NAME`."""
 
 import argparse
 import asyncio
-import logging
 import os
 import pwd
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
-from service.cli.client import Client, CliError, add_server_arg, home, listing, print_json
+from service import stdlog
+from service.cli.client import (
+    Client,
+    CliError,
+    add_server_arg,
+    home,
+    listing,
+    print_json,
+    server_url,
+)
+from service.cli.logflags import add_log_args, log_json
 from service.core import durations
 from service.core.errors import BerthError
+from service.core.exits import Exit
 
 if TYPE_CHECKING:
     from service.config import Cas
@@ -39,10 +50,17 @@ def add(sub: Any) -> None:  # noqa: ANN401
     )
     add_server_arg(p)
     p.add_argument(
-        "action", nargs="?", choices=["list", "drain", "disable", "enable", "join-token"]
+        "action", nargs="?", choices=["list", "drain", "disable", "enable", "rm", "join-token"]
     )
-    p.add_argument("name", nargs="?", help="the worker, for drain/disable/enable")
+    p.add_argument("name", nargs="?", help="the worker, for drain/disable/enable/rm")
     p.add_argument("--pool", help="the pool this worker serves (to run one)")
+    p.add_argument(
+        "--home",
+        type=Path,
+        metavar="DIR",
+        help="this worker's state directory: its credential and caches (default $BERTH_HOME); "
+        "two workers on one host each need their own",
+    )
     p.add_argument(
         "--name",
         dest="worker_name",
@@ -88,6 +106,7 @@ def add(sub: Any) -> None:  # noqa: ANN401
         action="store_true",
         help="let --repo name a path on this machine (only for tenants you trust with it)",
     )
+    add_log_args(p)
     j = p.add_argument_group("join-token (a one-time token for a new node)")
     j.add_argument("--tenant", action="append", default=[], dest="tenants", metavar="T")
     j.add_argument("--expires", default="1h", metavar="DURATION", help="90s, 15m, 1h, 30d")
@@ -103,9 +122,25 @@ def dispatch(args: argparse.Namespace) -> int:
         return join_token(args)
     if not args.name:
         raise CliError(f"berth worker {args.action} NAME: which worker?")
-    out = Client(args.server).call("POST", f"/api/v1/workers/{args.name}/{args.action}")
-    print(f"{out['name']}: {out['state']}")
+    client = Client(args.server)
+    if args.action == "rm":
+        out = client.call("DELETE", f"/api/v1/workers/{quote(args.name, safe='')}")
+        if args.json:
+            print_json(out)
+        else:
+            print(f"removed {out['name']}")
+        return 0
+    out = client.call("POST", f"/api/v1/workers/{quote(args.name, safe='')}/{args.action}")
+    if args.json:
+        print_json(out)
+    elif out["state"] == out["set"]:
+        print(f"{out['name']}: {out['state']}")
+    else:  # e.g. enabled, but it exited: it takes jobs once it attaches again
+        print(f"{out['name']}: {out['state']} ({VERB[args.action]})")
     return 0
+
+
+VERB = {"drain": "drained", "disable": "disabled", "enable": "enabled"}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,21 +148,28 @@ def run(args: argparse.Namespace) -> int:
     from service.worker import credential, environment, hardening, jobusers  # noqa: PLC0415
     from service.worker import main as worker_main  # noqa: PLC0415
 
-    worker_home = home()
-    stored = credential.load(worker_home)
-    joining = os.environ.get("BERTH_JOIN_TOKEN", "").strip()
-    token = stored or os.environ.get("BERTH_TOKEN", "").strip() or joining
+    worker_home = (args.home or home()).expanduser().absolute()
+    given_as = "BERTH_TOKEN" if os.environ.get("BERTH_TOKEN", "").strip() else "BERTH_JOIN_TOKEN"
+    given = os.environ.get(given_as, "").strip()
+    try:
+        # A stored credential and a different one given is an error naming both, never a
+        # silent choice: a second worker on this host must not attach as the first.
+        token, origin = credential.choose(worker_home, given, given_as=given_as)
+    except credential.Disagree as exc:
+        raise CliError(str(exc)) from None
     if not token:
         raise CliError(
-            "no credential: set BERTH_TOKEN (berth token create NAME --kind worker) or "
-            "BERTH_JOIN_TOKEN (berth worker join-token --pool POOL)"
+            "no credential: set BERTH_TOKEN (berth token create NAME --kind worker, or a join "
+            "token from berth worker join-token --pool POOL)",
+            Exit.REFUSED,
         )
-    bound = bool(stored or (joining and token == joining))  # the server knows its pool
+    # A join token, or the credential one was traded for, binds the pool: the server knows it.
+    bound = credential.load(worker_home) is not None or token.startswith(credential.JOIN_PREFIX)
     if not args.pool and not bound:
         raise CliError("--pool is required to run a worker")
     if args.orphan_exit_seconds < 0:
         raise CliError("--orphan-exit-seconds must be >= 0")
-    server = args.server or os.environ.get("BERTH_SERVER") or "http://127.0.0.1:8443"
+    server, _ = server_url(args.server)
     if args.parallel < 0:
         raise CliError("--parallel must be >= 0")
     python = args.python or jobusers.job_python(sys.executable)
@@ -144,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         except KeyError:
             raise CliError(f"--run-as {args.run_as}: no such user") from None
     labels = tuple(_labels(args.labels))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    stdlog.configure(args.log_level, json_lines=log_json(args))
     worker_home.mkdir(mode=0o700, parents=True, exist_ok=True)
     worker_home.chmod(0o700)  # its credential and state: the worker's alone
     opts = worker_main.Options(
@@ -163,13 +205,14 @@ def run(args: argparse.Namespace) -> int:
         orphan_exit_seconds=args.orphan_exit_seconds,
         allow_local_repos=args.allow_local_repos,
         cas=_own_cas(),
+        origin=origin,
     )
     # Jobs may run as this user: they must not read this process's environment (its token).
     hardening.undumpable()
     try:
         return asyncio.run(worker_main.run(opts))
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
 
 
 def join_token(args: argparse.Namespace) -> int:

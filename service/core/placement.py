@@ -174,7 +174,8 @@ def waiting_for(job: JobWant, workers: Sequence[WorkerView], pools: Mapping[str,
         return f"pool {job.pool} is not configured"
     kinds = [p for p in pools.values() if job.kind in p.slots and (job.pool in (None, p.name))]
     if not kinds:
-        return f"{where} has no {job.kind} slots"
+        scope = [pools[job.pool]] if job.pool else list(pools.values())
+        return no_slots_of_kind(job.kind, scope, pool=job.pool)
     in_pool = [w for w in attached if job.pool is None or w.pool == job.pool]
     # A worker of a pool this server has no config for cannot take the job: leave it out.
     in_pool = [w for w in in_pool if w.pool in pools and job.kind in pools[w.pool].slots]
@@ -199,6 +200,17 @@ def waiting_for(job: JobWant, workers: Sequence[WorkerView], pools: Mapping[str,
     if all(free_slots(w, pools[w.pool]).get(job.kind, 0) == 0 for w in open_):
         return f"all {total} {job.kind} slots of {where} are busy"
     return "its turn: free slots go to tenants with fewer running jobs, then priority, then age"
+
+
+def no_slots_of_kind(kind: str, scope: Sequence[PoolSpec], *, pool: str | None) -> str:
+    """Why no slot of `kind` can ever take a job, naming the kinds there are."""
+    if pool is not None:
+        kinds = ", ".join(sorted(k for p in scope for k in p.slots)) or "none"
+        return f"pool {pool} has no slots of kind {kind!r} (its kinds: {kinds})"
+    offered = "; ".join(
+        f"{p.name}: {', '.join(sorted(p.slots))}" for p in sorted(scope, key=lambda p: p.name)
+    )
+    return f"no pool has slots of kind {kind!r} (kinds by pool: {offered or 'no pools'})"
 
 
 def _common(workers: Sequence[WorkerView]) -> frozenset[str]:

@@ -56,11 +56,20 @@ class TokenKind(enum.StrEnum):
     METRICS = "metrics"
 
 
-def shown_worker_state(state: WorkerState, liveness: Liveness) -> str:
-    """The one word `worker list` shows: silence wins over what an operator set."""
+def shown_worker_state(
+    state: WorkerState, liveness: Liveness, *, attached: bool = True, credential: str = ""
+) -> str:
+    """The one word `worker list` shows.
+
+    A credential that no longer works (`revoked`, `expired`) wins: such a worker runs nothing
+    again, whatever its socket does meanwhile. Then silence wins over what an operator set, and
+    a worker no server holds is `offline` until it attaches again.
+    """
+    if credential:
+        return credential
     if liveness in (Liveness.UNREACHABLE, Liveness.LOST):
         return str(liveness)
-    if liveness is Liveness.GONE:
+    if liveness is Liveness.GONE or not attached:
         return "offline"
     return str(state)
 

@@ -49,7 +49,22 @@ def is_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, DBAPIError):
         orig = getattr(exc.orig, "__cause__", None) or exc.orig
         return isinstance(orig, _UNAVAILABLE) or bool(exc.connection_invalidated)
-    return isinstance(exc, _UNAVAILABLE | ConnectionError | TimeoutError)
+    return isinstance(exc, _UNAVAILABLE)  # OSError covers ConnectionError and TimeoutError
+
+
+# SQLSTATE classes of a refusal to let us in: connection exceptions, bad credentials, no such
+# database. Anything else from the driver is a statement that failed, not a refusal.
+_REFUSED_CLASSES = frozenset({"08", "28", "3D"})
+
+
+def refusal(exc: BaseException) -> str | None:
+    """What the database said when it would not let us in, or None for any other error."""
+    if not isinstance(exc, DBAPIError):
+        return None
+    cause = getattr(exc.orig, "__cause__", None) or exc.orig
+    if str(getattr(cause, "sqlstate", "") or "")[:2] in _REFUSED_CLASSES:
+        return str(exc.orig)
+    return None
 
 
 class Database:

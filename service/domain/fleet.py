@@ -12,13 +12,14 @@ from typing import Any
 
 from service.auth.callers import Caller
 from service.core import placement
-from service.core.errors import Forbidden, Invalid, NotFound
+from service.core.errors import Conflict, Forbidden, Invalid, NotFound
 from service.core.placement import HostSample, PoolSpec, WorkerView
 from service.core.states import Liveness, WorkerState, shown_worker_state
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import leases as leases_q
 from service.db.queries import provisioning as prov_q
+from service.db.queries import tokens as tokens_q
 from service.db.queries import workers as workers_q
 from service.db.records import WorkerRecord
 from service.domain import audit
@@ -113,6 +114,7 @@ async def list_workers(
         waiting = await jobs_q.queued(conn, limit=500)
         ended = await prov_q.ended_names(conn)
         starting = await prov_q.starting_without_worker(conn)
+        dead = await tokens_q.dead_credentials(conn, [w.name for w in records])
     rows = []
     for w in records:
         tenants = shown_tenants(named, w.tenants)
@@ -131,7 +133,12 @@ async def list_workers(
         rows.append(
             WorkerRow(
                 record=w,
-                state=shown_worker_state(view.state, view.liveness),
+                state=shown_worker_state(
+                    view.state,
+                    view.liveness,
+                    attached=view.attached,
+                    credential=dead.get(w.name, ""),
+                ),
                 no_lease=placement.no_lease_reason(view, pool, has_job),
                 used=dict(used.get(w.id, {})),
                 slots=dict(pool.slots) if pool else {},
@@ -143,10 +150,12 @@ async def list_workers(
 
 async def set_state(
     db: Database, caller: Caller, *, name: str, state: WorkerState, request_id: str = ""
-) -> WorkerRecord:
+) -> tuple[WorkerRecord, str]:
     """Drain, disable or enable a worker; the server holding its socket is told.
 
     Security: a tenant's operator changes only its tenants' own machines (check_may_change).
+    Returns the worker and the word `worker list` shows for it now: an exited worker enabled
+    is still `offline`, not `active`.
     """
     async with db.begin() as conn:
         tenants = await workers_q.tenants_for_update(conn, name=name)
@@ -158,7 +167,53 @@ async def set_state(
             raise NotFound(f"no worker named {name!r}")
         await workers_q.notify(conn, {"op": "state", "worker": name, "state": str(state)})
         await audit.record(conn, caller, f"worker.{_verb(state)}", name, request_id=request_id)
-    return worker
+        dead = await tokens_q.dead_credentials(conn, [name])
+    shown = shown_worker_state(
+        state,
+        Liveness(worker.liveness),
+        attached=worker.server_id is not None,
+        credential=dead.get(name, ""),
+    )
+    return worker, shown
+
+
+async def remove(db: Database, caller: Caller, *, name: str, request_id: str = "") -> None:
+    """Forget a worker that holds no lease and is not attached (`berth worker rm`).
+
+    Conflict naming why otherwise. Its token, if any, stays: a worker started again with it
+    attaches again, as a new row.
+    """
+    async with db.begin() as conn:
+        worker = await workers_q.lock(conn, name=name)
+        if worker is None:
+            raise NotFound(f"no worker named {name!r}")
+        live = sorted(j for j, _ in await leases_q.live_of(conn, worker.id))
+        if live:
+            jobs = ", ".join(str(j) for j in live[:10]) + (", ..." if len(live) > 10 else "")
+            raise Conflict(
+                f"worker {name} holds {len(live)} lease(s) now (job {jobs}): wait for them to "
+                "end (berth worker drain stops new ones) or cancel them, then remove it"
+            )
+        attached = worker.server_id is not None and worker.liveness in (
+            Liveness.OK,
+            Liveness.UNREACHABLE,
+        )
+        if attached:
+            raise Conflict(
+                f"worker {name} is attached to a server ({worker.liveness}): stop its process "
+                "first; `worker rm` removes workers that are gone"
+            )
+        await workers_q.delete(conn, worker_id=worker.id)
+        await audit.record(conn, caller, "worker.removed", name, request_id=request_id)
+
+
+async def forget_lost(db: Database, *, after: float) -> list[str]:
+    """Remove workers lost or gone for `after` seconds that hold no lease (the leader's loop)."""
+    async with db.begin() as conn:
+        names = await workers_q.forget(conn, after=after)
+        for name in names:
+            await audit.record(conn, "service:berth", "worker.forgotten", name, after=after)
+    return names
 
 
 def check_may_change(caller: Caller, name: str, tenants: Sequence[str]) -> None:

@@ -63,8 +63,7 @@ def validate(spec: JobSpec, caller: Caller, pools: Mapping[str, PoolSpec]) -> di
         raise Invalid(f"unknown pool {spec.pool!r}; configured: {', '.join(sorted(pools))}")
     scope = [pools[spec.pool]] if spec.pool else list(pools.values())
     if not any(spec.kind in p.slots for p in scope):
-        where = f"pool {spec.pool!r}" if spec.pool else "any pool"
-        raise Invalid(f"{where} has no slots of kind {spec.kind!r}")
+        raise Invalid(placement.no_slots_of_kind(spec.kind, scope, pool=spec.pool))
     if spec.timeout_seconds < 0:
         raise Invalid("timeout_seconds must be >= 0 (0: no timeout)")
     if not 1 <= spec.max_attempts <= 100:
@@ -258,7 +257,17 @@ async def waiting_for(
         used = await leases_q.live_counts(conn, [w.id for w in workers])
     views = worker_views(workers, used)
     reason = placement.waiting_for(placement.JobWant.of(job), views, pools)
-    note = await provisioning.note(db, cfg, job.pool) if cfg is not None else ""
+    note = (
+        await provisioning.note(
+            db,
+            cfg,
+            job.pool,
+            labels=job.labels,
+            require=job.device_policy == DevicePolicy.REQUIRE,
+        )
+        if cfg is not None
+        else ""
+    )
     return f"{reason}; {note}" if note else reason
 
 

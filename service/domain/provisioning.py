@@ -6,7 +6,7 @@ first: a worker's row (and its one-time join token) is written before the provid
 start it, so whatever a leader killed mid-pass leaves, the next one finds in Postgres.
 """
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,11 +223,31 @@ async def is_alive(db: Database, name: str) -> bool:
         return await prov_q.is_alive(conn, name)
 
 
-async def note(db: Database, cfg: Config, pool: str | None) -> str:
-    """What the provisioner of `pool` is doing about waiting work, in words ("" for none)."""
+async def note(
+    db: Database,
+    cfg: Config,
+    pool: str | None,
+    *,
+    labels: Collection[str] = (),
+    require: bool = True,
+) -> str:
+    """What the provisioner of `pool` is doing about a waiting job, in words ("" for none).
+
+    A job that requires `labels` its provisioner's workers do not carry starts nothing (SPEC
+    section 4, as `_demand` counts it): that is said, not "starts workers when jobs wait".
+    """
     found = cfg.pools.get(pool or "")
     if found is None or found.provisioner is None:
         return ""
+    missing = sorted(set(labels) - set(found.provisioner.labels)) if require else []
+    if missing:
+        noun = "labels" if len(missing) > 1 else "label"
+        carried = ", ".join(sorted(found.provisioner.labels)) or "none"
+        return (
+            f"pool {pool} starts no worker for it: its provisioner's workers do not carry "
+            f"{noun} {', '.join(missing)} (they carry: {carried}; "
+            f"[pools.{pool}.provisioner] labels)"
+        )
     most = found.provisioner.max
     async with db.begin() as conn:
         counts = (await prov_q.counts(conn)).get(pool or "", {})

@@ -158,7 +158,7 @@ async def revoke(
 async def authenticate(db: Database, token: str) -> Caller:
     """The caller a bearer token stands for; Unauthenticated if unknown, revoked or expired."""
     if not tokens_auth.looks_like(token):
-        raise Unauthenticated("a berth token (brt_…) is required")
+        raise Unauthenticated(tokens_auth.NOT_A_TOKEN)
     async with db.begin() as conn:
         found = await tokens_q.by_digest(conn, tokens_auth.digest(token))
     if found is None:

@@ -31,6 +31,7 @@ from service.cas.base import Store
 from service.cas.factory import open_store
 from service.config import Cas
 from service.core.bounds import RELAY_MAX_SAVE_GB, gb_bytes
+from service.core.exits import Exit
 from service.worker import accounts, artifacts, credential, host, isolation, workdirs
 from service.worker.isolation import Namespaces
 from service.worker.jobusers import DEFAULT_RANGE, NoFreeUid, Users
@@ -53,7 +54,9 @@ class Refused(Exception):
 @dataclass(frozen=True)
 class Options:
     server: str
-    token: str  # BERTH_TOKEN, or a one-time join token (brj_...); a stored credential wins
+    # The credential to attach with: what the CLI chose (worker/credential.py `choose`) from
+    # BERTH_TOKEN, a one-time join token (brj_...) or the one stored under `home`.
+    token: str
     pool: str | None  # None: its credential binds it (a joined worker)
     home: Path
     labels: tuple[str, ...] = ()
@@ -72,6 +75,9 @@ class Options:
     allow_local_repos: bool = False  # --repo may name a path on this machine (trusted tenants)
     # Where --pass-env and the base (PATH, LANG, TZ, LC_*) are read from: the worker's own.
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    # sha256 of the credential this worker was first given, kept with each one the server
+    # sends, so that giving it again after a restart is known as the same worker's.
+    origin: str = ""
 
 
 @dataclass
@@ -102,8 +108,7 @@ class Worker:
 
     def __post_init__(self) -> None:
         self.outbox = Outbox(self.opts.outbox_bytes)
-        # A credential of its own (joined, maybe rotated since) wins over the environment's.
-        self._token = credential.load(self.opts.home) or self.opts.token
+        self._token = self.opts.token  # the CLI chose it (cli/worker.py: stored vs BERTH_TOKEN)
 
     # -- the outer loop ----------------------------------------------------------------------
     async def _get_ready(self) -> None:
@@ -172,14 +177,14 @@ class Worker:
                     await self._session()
                     backoff = BACKOFF_START
                 except Refused as exc:
-                    print(f"berth worker: refused by the server: {exc}", file=sys.stderr)
+                    print(f"berth: error: refused by the server: {exc}", file=sys.stderr)
                     await self._stop_all("refused")
-                    return 2
+                    return Exit.REFUSED
                 except (OSError, ConnectionClosed, InvalidStatus, TimeoutError) as exc:
                     if isinstance(exc, InvalidStatus) and exc.response.status_code in (401, 403):
-                        print(f"berth worker: refused by the server: {_body(exc)}", file=sys.stderr)
+                        print(f"berth: error: refused by the server: {_body(exc)}", file=sys.stderr)
                         await self._stop_all("refused")
-                        return 2
+                        return Exit.REFUSED
                     log.warning("connection lost (%s); retrying in %.1fs", exc, backoff)
                     self._dials += 1  # several servers: try the next one
                 except Exception:  # a bad frame or a bug: keep the jobs, log it, dial again
@@ -195,12 +200,15 @@ class Worker:
         finally:
             watchdog.cancel()
         if self.exit_code:
+            # Told to leave for a reason (its token was revoked): refused, as berth says it.
             await self._stop_all("exit")
-            print(f"berth worker: {self.exit_reason}", file=sys.stderr)
-        else:
-            await self._wait_all()
-            log.info("worker exiting: %s", self.exit_reason)
-        return self.exit_code or 0
+            print(
+                f"berth: error: the server ended this worker: {self.exit_reason}", file=sys.stderr
+            )
+            return Exit.REFUSED
+        await self._wait_all()
+        log.info("worker exiting: %s", self.exit_reason)
+        return 0
 
     def _told_to_exit(self) -> bool:
         return self.exit_code is not None  # a method: set by the session, unseen by mypy here
@@ -352,7 +360,9 @@ class Worker:
 
     async def _keep_credential(self, ws: ClientConnection, token: str) -> None:
         """Store the credential, then confirm: the server retires the old one only after."""
-        await asyncio.to_thread(credential.store, self.opts.home, token)
+        name = self.welcome.name if self.welcome else ""
+        origin = self.opts.origin or credential.digest(self.opts.token)
+        await asyncio.to_thread(credential.store, self.opts.home, token, name=name, origin=origin)
         self._token = token
         await ws.send(protocol.encode(protocol.CredentialStored()).decode())
         log.info("stored a new credential")

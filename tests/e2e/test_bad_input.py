@@ -19,7 +19,9 @@ BAD_BODIES = [
         b'{"command": ["true"], "pool": "nope"}', "unknown pool 'nope'", id="unknown-pool"
     ),
     pytest.param(
-        b'{"command": ["true"], "kind": "eval"}', "no slots of kind 'eval'", id="unknown-kind"
+        b'{"command": ["true"], "kind": "eval"}',
+        "no pool has slots of kind 'eval' (kinds by pool: serve: default)",
+        id="unknown-kind",
     ),
     pytest.param(b'{"command": ["true"], "env": {"1BAD": "x"}}', "1BAD", id="bad-env-name"),
     pytest.param(

@@ -247,10 +247,11 @@ class TestServerRestart:
 
 
 class TestOperatorStates:
-    def test_drain_finishes_then_exits_and_disable_blocks(
+    def test_drain_finishes_and_stays_up_drained_until_enabled(
         self, server_factory, worker_factory, tmp_path
     ):
-        """A draining worker finishes its job, takes no new one, and exits 0 once empty."""
+        """A draining static worker finishes its job, takes no new one, and stays up, drained,
+        until enabled (then it runs the waiting job) or stopped (SPEC section 5)."""
         s = server_factory(GPU1, builtin_worker=False)
         w = worker_factory(s, s.worker_token("w1"), "gpu", name="a")
         wait_for(lambda: attached(s, "w1"), 20, "attached")
@@ -258,14 +259,17 @@ class TestOperatorStates:
         wait_for(lambda: job(s, first)["state"] == "running", 20, "running")
         assert s.cli("worker", "drain", "w1").code == 0
         second = submit(s, ["true"], pool="gpu")
-        r = w.wait(timeout=20)
-        assert r.code == 0, r.err
-        assert job(s, first)["state"] == "succeeded"
+        wait_for(lambda: job(s, first)["state"] == "succeeded", 20, "the running job to end")
+        # Empty and drained: a provisioned worker would be told to exit now; this one is not.
+        wait_for(lambda: "draining" in job(s, second)["waiting_for"], 10, "the reason to wait")
+        listed = {x["name"]: x for x in json.loads(s.cli("worker", "list", "--json").out)}
+        assert (listed["w1"]["state"], listed["w1"]["no_lease"]) == ("draining", "draining")
+        assert w.proc is not None and w.proc.poll() is None and listed["w1"]["attached"]
         assert job(s, second)["state"] == "queued"
-        assert (
-            "draining" in job(s, second)["waiting_for"]
-            or "no worker" in job(s, second)["waiting_for"]
-        )
+        assert s.cli("worker", "enable", "w1").out == "w1: active\n"
+        wait_for(lambda: job(s, second)["state"] == "succeeded", 20, "the job after enable")
+        w.stop()
+        assert w.proc.returncode == 0
 
     def test_disabled_worker_gets_nothing_until_enabled(self, server_factory, worker_factory):
         """disable takes a worker out of placement and says so; enable puts it back."""

@@ -93,20 +93,20 @@ class TestLimitsChangePlacement:
     def test_refusals_are_one_line(self, server_factory):
         """Bad keys and values are refused by the CLI in one line naming the key, no traceback."""
         s = server_factory(GPU3, builtin_worker=False)
-        for args, says in [
-            (["set", "pools.tpu.slots.default=1", "--reason", "x"], "no pool 'tpu'"),
-            (["set", f"{KEY}=-2", "--reason", "x"], "whole number >= 0"),
-            (["set", "tenants.ml.max_gpus=1", "--reason", "x"], "tenant quotas"),
-            (["set", KEY, "--reason", "x"], "expected KEY=VALUE"),
-            (["set", f"{KEY}=1", "--reason", " "], "needs a reason"),
-            (["unset", KEY], f"no limit '{KEY}' is set"),
+        for args, says, code in [
+            (["set", "pools.tpu.slots.default=1", "--reason", "x"], "no pool 'tpu'", 201),
+            (["set", f"{KEY}=-2", "--reason", "x"], "whole number >= 0", 201),
+            (["set", "tenants.ml.max_gpus=1", "--reason", "x"], "tenant quotas", 201),
+            (["set", KEY, "--reason", "x"], "expected KEY=VALUE", 201),
+            (["set", f"{KEY}=1", "--reason", " "], "needs a reason", 201),
+            (["unset", KEY], f"no limit '{KEY}' is set", 203),
         ]:
             r = s.cli("limits", *args)
-            assert r.code == 2, (args, r.out, r.err)
+            assert r.code == code, (args, r.out, r.err)  # bad input, or not found
             assert says in r.err and len(r.err.strip().splitlines()) == 1, (args, r.err)
             assert "Traceback" not in r.err
         r = s.cli("limits", "set", f"{KEY}=1")
-        assert r.code == 2 and "--reason" in r.err
+        assert r.code == 201 and "--reason" in r.err
         assert json.loads(s.cli("limits", "list", "--json").out) == []
 
 

@@ -1,6 +1,7 @@
 """Configuration: defaults, file + overlay merging, validation and the listen address helpers."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -195,6 +196,8 @@ class TestInvalid:
             ({"heartbeat_seconds": 2, "kill_grace_seconds": 4}, "kill_grace_seconds"),
             ({"heartbeat_seconds": 0.5, "kill_grace_seconds": 1.0}, "two heartbeats"),
             ({"kill_grace_seconds": -1}, "kill_grace_seconds"),
+            ({"forget_lost_after_seconds": 0}, "executor.forget_lost_after_seconds must be"),
+            ({"forget_lost_after_seconds": "nan"}, "forget_lost_after_seconds"),
         ],
     )
     def test_executor_timing(self, absent, executor, words):
@@ -219,6 +222,36 @@ class TestInvalid:
         }
         config = load(absent, environ=overlay({"executor": executor}))
         assert config.executor.evict_seconds == 0.11
+
+    def test_forget_lost_after_default_and_set(self, absent):
+        """A lost worker is forgotten after a day by default; the key takes seconds."""
+        assert load(absent, environ={}).executor.forget_lost_after_seconds == 86400.0
+        config = load(absent, environ=overlay({"executor": {"forget_lost_after_seconds": 0.5}}))
+        assert config.executor.forget_lost_after_seconds == 0.5
+
+    def test_database_urls(self, absent):
+        """A database URL berth cannot use is refused naming the key, never its password;
+        PostgreSQL URLs in their usual shapes pass."""
+        for url, words in (
+            ("mysql://x/y", "database.url 'mysql://x/y' uses mysql://: berth needs PostgreSQL"),
+            (
+                "postgresql://u:pw@h:port/db",
+                "database.url 'postgresql://u:***@h:port/db' is malformed",
+            ),
+            ("db.example:5432", "is not a URL"),
+        ):
+            with pytest.raises(Invalid, match=re.escape(words)) as err:
+                load(absent, environ=overlay({"database": {"url": url}}))
+            assert ":pw@" not in err.value.message
+            with pytest.raises(Invalid, match=r"^BERTH_DATABASE_URL "):
+                load(absent, environ={"BERTH_DATABASE_URL": url})
+        for url in (
+            "postgresql://berth:pw@db.internal:5432/berth?sslmode=verify-full",
+            "postgres://root@127.0.0.1/x",
+            "postgresql+asyncpg://u@[::1]:5432/x",
+            "postgresql:///berth?host=/var/run/postgresql",
+        ):
+            assert load(absent, environ={"BERTH_DATABASE_URL": url}).database.url == url
 
     @pytest.mark.parametrize("slots", [{}, {"a": -1}, {"a": 2, "b": -3}])
     def test_pool_slots(self, absent, slots):

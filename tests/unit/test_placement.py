@@ -216,10 +216,16 @@ class TestWaitingFor:
 
     @pytest.mark.parametrize(
         ("pool", "text"),
-        [("gpu", "pool gpu has no foo slots"), (None, "any pool has no foo slots")],
+        [
+            ("gpu", "pool gpu has no slots of kind 'foo' (its kinds: agent, eval)"),
+            (
+                None,
+                "no pool has slots of kind 'foo' (kinds by pool: cpu: default; gpu: agent, eval)",
+            ),
+        ],
     )
     def test_no_slots_of_kind(self, pool, text):
-        """A kind no pool offers is named, with the pool it was looked for in."""
+        """A kind no pool offers is named, with the kinds the pools (or the pool asked) have."""
         assert waiting_for(job(kind="foo", pool=pool), [worker()], POOLS) == text
 
     def test_no_worker_attached(self):

@@ -1,8 +1,8 @@
 """What other servers tell this one about workers (NOTIFY on berth_workers_v1).
 
 Whoever holds a worker's socket acts: cancel a job's copy, make a worker whose token was revoked
-leave, tell a drained worker that holds nothing to exit. Every server drops a revoked token
-from its cache of callers.
+leave, tell a drained provisioned worker that holds nothing to exit (a static one stays up).
+Every server drops a revoked token from its cache of callers.
 """
 
 import json
@@ -16,7 +16,7 @@ from service.api.channel.session import Session, Sessions
 from service.api.runtime import Runtime
 from service.core.errors import BerthError
 from service.core.states import WorkerState
-from service.domain import leasing
+from service.domain import leasing, provisioning
 
 log = structlog.get_logger(__name__)
 
@@ -67,13 +67,19 @@ class Notices:
         session.close_later(ex.kill_grace_seconds + 2 * ex.heartbeat_seconds, 4003, "revoked")
 
     async def exit_if_drained(self, session: Session) -> None:
-        """A draining worker that holds nothing is told to exit (0: it did what was asked)."""
+        """A drained provisioned worker is told to exit (0: it did what was asked).
+
+        A static worker stays up, drained, until an operator enables it or stops it (SPEC
+        section 5): nobody would start it again. A provisioned one ends, and its pool starts
+        another when work waits.
+        """
         if session.worker.state != WorkerState.DRAINING:
             return
         try:
             empty = await leasing.holds_nothing(self.rt.db, session.worker.id)
+            provisioned = empty and await provisioning.is_alive(self.rt.db, session.worker.name)
         except BerthError:
             return
-        if empty:
+        if provisioned:
             session.left = True  # it leaves on purpose: gone, not silent
             session.send(protocol.Exit(reason="drained", code=0))

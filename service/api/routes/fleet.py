@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from litestar import Request, get, post
+from litestar import Request, delete, get, post
 from litestar.params import FromPath
 
 from service.api.identity import identify, request_id, runtime_of
@@ -71,14 +71,26 @@ def starting_json(s: fleet.Starting, rt: Any) -> dict[str, Any]:  # noqa: ANN401
 async def set_worker_state(
     request: Request[Any, Any, Any], name: FromPath[str], action: FromPath[str]
 ) -> dict[str, Any]:
-    """Drain | disable | enable; a tenant's operator only its tenants' own workers."""
+    """Drain | disable | enable; a tenant's operator only its tenants' own workers.
+
+    `state` is the word `worker list` shows now, `set` the order.
+    """
     rt = runtime_of(request)
     caller = await identify(request)
     state = fleet.parse_state(action)
-    worker = await fleet.set_state(
+    worker, shown = await fleet.set_state(
         rt.db, caller, name=name, state=state, request_id=request_id(request)
     )
-    return {"name": worker.name, "state": worker.state}
+    return {"name": worker.name, "state": shown, "set": worker.state}
+
+
+@delete("/api/v1/workers/{name:str}", opt={"perm": Perm.FLEET_WRITE}, status_code=200)
+async def remove_worker(request: Request[Any, Any, Any], name: FromPath[str]) -> dict[str, Any]:
+    """Forget a worker that is gone and holds no lease; 409 naming why otherwise."""
+    rt = runtime_of(request)
+    caller = await identify(request)
+    await fleet.remove(rt.db, caller, name=name, request_id=request_id(request))
+    return {"name": name, "removed": True}
 
 
 @get("/api/v1/pools", opt={"perm": Perm.FLEET_READ})

@@ -1,6 +1,8 @@
 """SQL for berth's bearer tokens. Only hashes are stored."""
 
-from sqlalchemy import func, insert, or_, select, update
+from collections.abc import Sequence
+
+from sqlalchemy import func, insert, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.records import TokenRecord
@@ -149,3 +151,25 @@ async def rotation_due(conn: AsyncConnection, *, name: str, hours: float) -> flo
         )
     ).one_or_none()
     return float(row[0]) if row else None
+
+
+async def dead_credentials(conn: AsyncConnection, names: Sequence[str]) -> dict[str, str]:
+    """Of these names, those whose every token is revoked or expired: name -> which.
+
+    A name with no token at all (a worker behind a proxy) is not in the answer.
+    """
+    if not names:
+        return {}
+    rows = await conn.execute(
+        text(
+            """
+            SELECT name,
+                   CASE WHEN bool_or(revoked_at IS NULL) THEN 'expired' ELSE 'revoked' END
+            FROM tokens WHERE name = ANY(CAST(:names AS text[]))
+            GROUP BY name
+            HAVING NOT bool_or(revoked_at IS NULL AND expires_at > now())
+            """
+        ),
+        {"names": list(names)},
+    )
+    return {r[0]: r[1] for r in rows}

@@ -274,3 +274,57 @@ async def placeable_if_queued(
         {"ids": list(ids)},
     )
     return [(WorkerRecord.of(r), dict(r.used)) for r in rows]
+
+
+async def lock(conn: AsyncConnection, *, name: str) -> WorkerRecord | None:
+    """The worker `name`, locked until the transaction ends.
+
+    No lease is granted to it meanwhile: a grant's lease row must share-lock its worker's row.
+    """
+    row = (
+        await conn.execute(text(_SELECT + " WHERE name = :n FOR UPDATE"), {"n": name})
+    ).one_or_none()
+    return WorkerRecord.of(row) if row else None
+
+
+async def delete(conn: AsyncConnection, *, worker_id: str) -> None:
+    """Remove a worker that holds no live lease, with its ended leases.
+
+    Those are its history of runs; the jobs keep the worker's name.
+    """
+    await conn.execute(
+        text(
+            """
+            WITH old AS (DELETE FROM leases WHERE worker_id = :id AND state <> 'live')
+            DELETE FROM workers WHERE id = :id
+            """
+        ),
+        {"id": worker_id},
+    )
+
+
+async def forget(conn: AsyncConnection, *, after: float) -> list[str]:
+    """Delete workers lost or gone for `after` seconds that hold no lease; returns their names.
+
+    Rows someone holds (a worker attaching again under its name) are skipped, not waited for.
+    """
+    rows = await conn.execute(
+        text(
+            """
+            WITH doomed AS (
+                SELECT id, name FROM workers w
+                WHERE liveness IN ('lost', 'gone')
+                  AND last_seen_at < clock_timestamp() - make_interval(secs => :after)
+                  AND NOT EXISTS (SELECT 1 FROM leases l
+                                  WHERE l.worker_id = w.id AND l.state = 'live')
+                FOR UPDATE SKIP LOCKED
+            ), old AS (
+                DELETE FROM leases WHERE worker_id IN (SELECT id FROM doomed)
+            )
+            DELETE FROM workers WHERE id IN (SELECT id FROM doomed)
+            RETURNING name
+            """
+        ),
+        {"after": after},
+    )
+    return sorted(r[0] for r in rows)
