@@ -55,14 +55,17 @@ def admin_token(args: argparse.Namespace) -> int:
     from service.db import migrate  # noqa: PLC0415
     from service.db.embedded import write_private  # noqa: PLC0415
     from service.db.engine import Database  # noqa: PLC0415
-    from service.domain import tokens  # noqa: PLC0415
+    from service.domain import secrets, tokens  # noqa: PLC0415
 
     user = getpass.getuser()
+    # With the secret key (where the server runs), the break-glass entry is signed like the
+    # server's and sealed into the chain; without it the sealer names it as not the server's.
+    key = secrets.read_key(config.home())
 
     async def mint(url: str) -> str:
         if not await migrate.is_current(url):
             raise CliError("the database is not migrated to this berth: run `berth db upgrade`")
-        db = Database(url, pool_size=1)
+        db = Database(url, pool_size=1, secret_key=key)
         try:
             return await tokens.break_glass(db, name=args.name, os_user=user)
         finally:
