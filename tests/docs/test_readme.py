@@ -94,11 +94,12 @@ def blocks(path: Path) -> list[Block]:
 
 def walkthroughs() -> list[Path]:
     """README.md and the docs/ pages marked as walk-throughs."""
-    pages = [REPO / "README.md"]
-    for page in sorted((REPO / "docs").glob("*.md")):
-        if "<!-- readme-test: walkthrough -->" in page.read_text():
-            pages.append(page)
-    return pages
+    marked = [
+        page
+        for page in sorted((REPO / "docs").glob("*.md"))
+        if "<!-- readme-test: walkthrough -->" in page.read_text()
+    ]
+    return [REPO / "README.md", *marked]
 
 
 def copy_checkout(dest: Path) -> None:
@@ -204,9 +205,10 @@ class Shell:
         target.write_text(block.text)
 
     def logs(self) -> str:
-        parts = []
-        for path in sorted(self.root.glob("background-*.log")):
-            parts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}")
+        parts = [
+            f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
+            for path in sorted(self.root.glob("background-*.log"))
+        ]
         serve_log = self.home / ".berth" / "serve.log"
         if serve_log.exists():
             parts.append(f"--- serve.log\n{serve_log.read_text(errors='replace')[-4000:]}")
@@ -243,7 +245,7 @@ class Shell:
 def _end_processes_under(root: Path) -> None:
     """Kill what a block left running whose home or folder is under `root` (workers the
     server provisioned outlive it by design)."""
-    import psutil  # noqa: PLC0415
+    import psutil
 
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
@@ -275,7 +277,7 @@ class TestTomlBlocks:
             path.write_text(block.text)
             try:
                 config.load(path, environ={})
-            except Exception as exc:  # noqa: BLE001  (any refusal is the finding)
+            except Exception as exc:  # any refusal is the finding
                 pytest.fail(f"{block.where}: {exc}")
 
 
