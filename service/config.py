@@ -335,6 +335,7 @@ def _check_executor(e: Executor) -> None:
         "credential_rotate_hours",
         "output_tail_kb",
         "pack_seconds",
+        "dispatch_fallback_seconds",
         "forget_lost_after_seconds",
     ):
         if not getattr(e, key) > 0:  # NaN fails too

@@ -6,7 +6,8 @@ Why each:
   the proxy worker rule that matched). Another identity may not attach under a name that is
   live or holds leases, and held leases are resumed only for the identity that leased them.
   Existing rows take the identity of the live token of their name (token mode); rows with none
-  keep "" and are adopted by the next credential that attaches under their name.
+  keep "" and are adopted by the next credential that attaches under their name. The token
+  `serve` of older berths' built-in worker is revoked: each server's has its own now.
 - `leases.worker_id ... ON DELETE CASCADE`: a worker row that is forgotten or taken over by
   another identity (only when it holds no live lease) takes its ended leases' history with it,
   so a row is never shared by two identities.
@@ -34,6 +35,15 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    # The built-in worker's token of older berths ("serve", re-minted at every start): each
+    # server's built-in worker now has a credential of its own, so that one serves nobody.
+    op.execute(
+        """
+        UPDATE tokens SET revoked_at = now()
+        WHERE name = 'serve' AND kind = 'worker' AND created_by = 'service:berth'
+          AND revoked_at IS NULL
+        """
+    )
     op.add_column(
         "workers", sa.Column("identity", sa.String(length=200), server_default="", nullable=False)
     )

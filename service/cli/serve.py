@@ -25,6 +25,11 @@ def add(sub: Any) -> None:  # noqa: ANN401
     p.add_argument("--listen", help="HOST:PORT (default from config: 127.0.0.1:8443)")
     p.add_argument("--config", type=Path, help="config file (default $BERTH_HOME/berth.toml)")
     p.add_argument("--detach", action="store_true", help="run in the background; log to serve.log")
+    p.add_argument(
+        "--stop",
+        action="store_true",
+        help="stop the server started with --detach on this home (its serve.pid), and wait for it",
+    )
     p.add_argument("--no-builtin-worker", action="store_true", help=argparse.SUPPRESS)
     add_log_args(p)
     p.set_defaults(func=run)
@@ -33,6 +38,8 @@ def add(sub: Any) -> None:  # noqa: ANN401
 def run(args: argparse.Namespace) -> int:
     if args.home:
         os.environ["BERTH_HOME"] = str(args.home.expanduser().resolve())
+    if args.stop:
+        return _stop()
     from service import config as config_mod  # noqa: PLC0415  (server-side imports stay lazy)
 
     cfg = config_mod.load(args.config)
@@ -57,6 +64,43 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         log_json=log_json(args),
     )
+
+
+STOP_WAIT = 60.0  # seconds a stopping server has to finish (it drains its sockets and loops)
+
+
+def _stop() -> int:
+    """TERM the detached server of this home, wait until it is gone."""
+    import psutil  # noqa: PLC0415
+
+    from service.config import home  # noqa: PLC0415
+
+    pid_file = home() / "serve.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        raise CliError(
+            f"no server started with --detach on {home()} ({pid_file} is missing)", Exit.NOT_FOUND
+        ) from None
+    try:
+        proc = psutil.Process(pid)
+        # The pid may have been reused since: stop it only if it is a berth server still.
+        ours = "serve" in proc.cmdline() and "service" in " ".join(proc.cmdline())
+    except psutil.Error:
+        ours = False
+    if not ours:
+        pid_file.unlink(missing_ok=True)
+        raise CliError(f"the server of {home()} (pid {pid}) is not running", Exit.NOT_FOUND)
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_WAIT)
+    except psutil.TimeoutExpired:
+        raise CliError(
+            f"berth serve (pid {pid}) did not stop within {STOP_WAIT:g}s", Exit.SERVER_ERROR
+        ) from None
+    pid_file.unlink(missing_ok=True)
+    print(f"stopped berth serve (pid {pid})")
+    return 0
 
 
 def _detach(args: argparse.Namespace, host: str, port: int, cfg: Any) -> int:  # noqa: ANN401

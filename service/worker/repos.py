@@ -26,6 +26,7 @@ import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from service.worker.artifacts import hand_over
@@ -200,8 +201,19 @@ def _collect_env(gitdir: Path | None = None, worktree: Path | None = None) -> di
     return env
 
 
-async def collect(repo: Path, base: str, outdir: Path, user: JobUser, workdir: Path) -> None:
+async def collect(
+    repo: Path,
+    base: str,
+    outdir: Path,
+    user: JobUser,
+    workdir: Path,
+    *,
+    leave_out: Sequence[str] = (),
+) -> None:
     """The job's new commits as outdir/repo.bundle, its changes as outdir/repo.patch.
+
+    `leave_out`: names at the clone's top that berth put there (the job's inputs and code, which
+    arrive beside its files): never part of the patch.
 
     Security: nothing the job wrote in its `.git` runs. Its HEAD and branches are read as data
     (by `_refs`, relative opens without following a link), and git runs, as the job's uid, in a
@@ -220,13 +232,18 @@ async def collect(repo: Path, base: str, outdir: Path, user: JobUser, workdir: P
             init.append("--object-format=sha256")
         await _git(*init, str(scratch), cwd=scratch, env=_collect_env(), user=user)
         await asyncio.to_thread(_plant, scratch, repo, head, branches)
-        await _outputs(base, outdir, scratch, _collect_env(scratch, repo), user)
+        await _outputs(base, outdir, scratch, _collect_env(scratch, repo), user, leave_out)
     finally:
         await asyncio.to_thread(shutil.rmtree, scratch, ignore_errors=True)
 
 
-async def _outputs(
-    base: str, outdir: Path, scratch: Path, env: dict[str, str], user: JobUser
+async def _outputs(  # noqa: PLR0917  (the parts of one collection)
+    base: str,
+    outdir: Path,
+    scratch: Path,
+    env: dict[str, str],
+    user: JobUser,
+    leave_out: Sequence[str],
 ) -> None:
     # No commit since `base`: git refuses an empty bundle, and there is nothing to keep.
     with contextlib.suppress(RepoError):
@@ -244,7 +261,9 @@ async def _outputs(
             user=user,
         )
     await _git("read-tree", "HEAD", cwd=scratch, env=env, user=user)
-    await _git("add", "--all", cwd=scratch, env=env, user=user)
+    # Literal, top-level pathspecs: a name is never a glob or magic of its own.
+    skip = [f":(top,literal,exclude){name}" for name in leave_out]
+    await _git("add", "--all", "--", ":(top)", *skip, cwd=scratch, env=env, user=user)
     changed, _, err = await _run(
         "diff",
         *_NO_DRIVERS,

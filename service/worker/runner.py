@@ -107,15 +107,19 @@ class Run:
             self._enter = self.namespaces.prepare(
                 self.workdir, uid=self.user.uid, gid=self.user.gid, name=self.user.name
             )
-        if self.lease.python:
-            script = self.workdir / "main.py"
-            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(self.lease.python)
-            os.chown(script, self.user.uid, self.user.gid)
+
+    @property
+    def cwd(self) -> Path:
+        """Where the job runs, its inputs and code beside it: its clone, with --repo."""
+        return self.workdir / "repo" if self.lease.repo else self.workdir
+
+    def _brought(self) -> list[str]:
+        """What berth put in the job's folder: its inputs and its code (never its output)."""
+        code = ["main.py"] if self.lease.python or self.lease.python_sha256 else []
+        return [Path(i.name).name for i in self.lease.inputs] + code
 
     async def fetch(self) -> None:
-        """Its inputs and code from the store, into its folder, handed to its user."""
+        """Its clone, inputs and code, into its folder (the clone, with --repo), its user's."""
         assert self.user is not None
         lease = self.lease
         if lease.repo:
@@ -128,21 +132,27 @@ class Run:
                 self.user,
                 allow_local=self.allow_local_repos,
             )
+        if lease.python:
+            script = self.cwd / "main.py"
+            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(lease.python)
+            os.chown(script, self.user.uid, self.user.gid)
         if not (lease.inputs or lease.python_sha256):
             return
         if self.store is None:
             raise FetchError("this worker reaches no artifact store for the job's inputs")
-        await artifacts.fetch_inputs(self.store, lease.inputs, self.workdir)
+        await artifacts.fetch_inputs(self.store, lease.inputs, self.cwd)
         if lease.python_sha256:
-            await get_file(self.store, lease.python_sha256, self.workdir / "main.py")
+            await get_file(self.store, lease.python_sha256, self.cwd / "main.py")
         for name in [Path(i.name).name for i in lease.inputs] + (
             ["main.py"] if lease.python_sha256 else []
         ):
-            artifacts.hand_over(self.workdir / name, self.user.uid, self.user.gid)
+            artifacts.hand_over(self.cwd / name, self.user.uid, self.user.gid)
 
     def argv(self) -> list[str]:
         if self.lease.python or self.lease.python_sha256:
-            return [self.python, str(self.workdir / "main.py")]
+            return [self.python, str(self.cwd / "main.py")]
         return list(self.lease.command)
 
     def env(self) -> dict[str, str]:
@@ -218,7 +228,7 @@ class Run:
                 SHIM,
                 "berth-job",
                 *self.argv(),
-                cwd=self.workdir,
+                cwd=self.cwd,
                 env=self.env(),
                 stdin=read_end,  # the shim's lifeline to this worker (see SHIM)
                 stdout=asyncio.subprocess.PIPE,
@@ -270,6 +280,7 @@ class Run:
                     self.workdir / "output",
                     self.user,
                     self.workdir,
+                    leave_out=self._brought(),
                 )
             except repos.RepoError as exc:
                 outcome.error = (outcome.error + "; " if outcome.error else "") + str(exc)

@@ -375,8 +375,9 @@ class TestRepo:
     def test_a_commit_made_by_the_job_comes_back_as_a_bundle(
         self, server_factory, worker_factory, tmp_path
     ):
-        """`--repo` of a local repository: the job gets its own clone at the named revision;
-        its commit comes back as repo.bundle that `git fetch` takes, its edit as repo.patch."""
+        """`--repo` of a local repository: the job runs in its own clone at the named revision,
+        its inputs beside its files; its commit comes back as repo.bundle that `git fetch`
+        takes, its edit as repo.patch, which leaves its inputs out."""
         origin = tmp_path / "origin"
         git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
         subprocess.run(["git", "init", "-q", "-b", "main", str(origin)], check=True)
@@ -387,12 +388,14 @@ class TestRepo:
         remote(s, worker_factory, "--allow-local-repos")
         script = textwrap.dedent(
             """
-            cd repo && test "$(cat README)" = one
+            test "$(cat README)" = one && test "$(cat notes.txt)" = hi
             echo two >> README
             git -c user.email=job@example.com -c user.name=job commit -qam "from the job"
             echo three >> README
             """
         )
+        notes = tmp_path / "notes.txt"
+        notes.write_text("hi\n")
         r = s.cli(
             "job",
             "submit",
@@ -401,6 +404,8 @@ class TestRepo:
             "gpu",
             "--repo",
             f"{origin}@main",
+            "--input",
+            str(notes),
             "--",
             "sh",
             "-c",
@@ -422,7 +427,8 @@ class TestRepo:
             check=True,
         ).stdout.split("\n")
         assert log[:2] == ["from the job", "first"]
-        assert "+three" in (out / "repo.patch").read_text()
+        patch = (out / "repo.patch").read_text()
+        assert "+three" in patch and "notes.txt" not in patch
 
     def test_the_jobs_git_config_does_not_run_when_its_outputs_are_collected(
         self, server_factory, worker_factory, tmp_path
@@ -440,7 +446,6 @@ class TestRepo:
         remote(s, worker_factory, "--allow-local-repos")
         script = textwrap.dedent(
             """
-            cd repo
             echo two >> README
             git -c user.email=job@example.com -c user.name=job commit -qam "from the job"
             echo three >> README
