@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from service import protocol
-from service.domain import artifacts
+from service.domain.artifacts import server_store
 from tests.fakeworker import FakeWorker, running
 from tests.integration.conftest import KEY, Api
 
@@ -65,7 +65,7 @@ async def proxied(
     api_with: Callable[[dict[str, Any]], Awaitable[Api]], db_url: str, tmp_path: Path
 ) -> AsyncIterator[Api]:
     api = await api_with(CONFIG)
-    api.rt.cas = artifacts.open_server_store(api.rt.config, home=tmp_path, secret_key=KEY)
+    api.rt.cas = server_store.open_server_store(api.rt.config, home=tmp_path, secret_key=KEY)
     async with running(api, db_url):
         yield api
 
