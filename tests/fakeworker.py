@@ -161,16 +161,18 @@ class FakeWorker:
         assert self.socket is not None, "connect first"
         return protocol.decode_to_worker(await self.socket.receive_text())
 
-    async def next(self, kind: type[F], *, timeout: float = WAIT) -> F:
-        """The next frame of `kind` (earlier ones of other kinds stay in `seen`)."""
+    async def next(
+        self, kind: type[F], where: Callable[[F], bool] = lambda _: True, *, timeout: float = WAIT
+    ) -> F:
+        """The next frame of `kind` that `where` accepts (others stay in `seen`, in order)."""
         for i, frame in enumerate(self.seen):
-            if isinstance(frame, kind):
+            if isinstance(frame, kind) and where(frame):
                 del self.seen[i]
                 return frame
         async with asyncio.timeout(timeout):
             while True:
                 frame = await self._read()
-                if isinstance(frame, kind):
+                if isinstance(frame, kind) and where(frame):
                     return frame
                 self.seen.append(frame)
 
@@ -211,15 +213,12 @@ class FakeWorker:
         """One heartbeat, and its ack (sent once the beat is in the database)."""
         seq = self.next_seq()
         self.send(protocol.Beat(seq=seq, host=protocol.Host()))
-        while (ack := await self.next(protocol.Ack)).seq != seq:
-            pass
-        return ack
+        return await self.next(protocol.Ack, lambda ack: ack.seq == seq)
 
     async def report(self, frame: protocol.Report) -> None:
         """Send a report and wait until the server says it is applied (or refused as stale)."""
         self.send(frame)
-        while (await self.next(protocol.Received)).upto < frame.seq:
-            pass
+        await self.next(protocol.Received, lambda received: received.upto >= frame.seq)
 
     async def vanish(self) -> None:
         """The socket drops without a bye (kill -9 of the worker)."""
