@@ -11,10 +11,11 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
+from sqlalchemy import text
 
 from service import protocol
-from service.domain import leasing
-from tests.fakeworker import FakeWorker, Refused, running
+from service.domain import fleet, leasing
+from tests.fakeworker import FakeWorker, Refused, running, until
 from tests.integration.conftest import Api
 
 HOUR = 3600.0
@@ -149,6 +150,37 @@ class TestSilence:
         )
         shown = await job(channel, j)
         assert (shown["state"], shown["attempt"]) == ("cancelled", 1)
+
+
+class TestForgotten:
+    async def test_lost_and_gone_workers_are_forgotten_and_a_live_one_stays(self, channel: Api):
+        """A worker whose socket dropped (lost, once silent past the windows) and one that said
+        bye (gone) leave the list after `forget_lost_after_seconds`, audited; one that beats
+        stays."""
+        killed = await worker(channel, "killed")
+        stopped = await worker(channel, "stopped")
+        live = await worker(channel, "live")
+        await killed.vanish()
+        await stopped.leave()
+        await until(lambda: _gone(channel, "stopped"), "the goodbye to be recorded")
+        assert (await expire(channel, unreachable=0, evict=0))["lost"] >= 1
+        await live.beat()  # heard again: no longer silent
+        assert await liveness(channel, "killed") == "lost"
+        assert await fleet.forget_lost(channel.rt.db, after=HOUR) == []  # not that long yet
+        assert sorted(await fleet.forget_lost(channel.rt.db, after=0)) == ["killed", "stopped"]
+        listed = {w["name"] for w in (await channel.call("GET", "/api/v1/workers")).json()}
+        assert listed == {"live"}
+        audit = (await channel.call("GET", "/api/v1/audit", params={"limit": 200})).json()
+        forgotten = sorted(e["target"] for e in audit if e["action"] == "worker.forgotten")
+        assert forgotten == ["killed", "stopped"]
+
+
+async def _gone(api: Api, name: str) -> bool:
+    async with api.rt.db.begin() as conn:
+        liveness = await conn.scalar(
+            text("SELECT liveness FROM workers WHERE name = :n"), {"n": name}
+        )
+    return bool(liveness == "gone")
 
 
 def raw(**frame: object) -> str:
