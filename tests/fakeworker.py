@@ -47,6 +47,7 @@ class Socket:
     _to_app: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
     _from_app: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
     _task: asyncio.Task[None] | None = None
+    _reading: asyncio.Event = field(default_factory=asyncio.Event)
     closed: Closed | None = None
 
     async def open(self) -> None:
@@ -68,6 +69,7 @@ class Socket:
             "state": {},
             "extensions": {},
         }
+        self._reading.set()
         self._to_app.put_nowait({"type": "websocket.connect"})
         self._task = asyncio.create_task(self._run(scope), name=f"fake-ws-{self.path}")
         first = await self._next()
@@ -76,6 +78,8 @@ class Socket:
 
     async def _run(self, scope: dict[str, Any]) -> None:
         async def send(message: dict[str, Any]) -> None:
+            # A client that stopped reading: the server's write waits, as on full TCP buffers.
+            await self._reading.wait()
             await self._from_app.put(message)
 
         try:
@@ -105,12 +109,17 @@ class Socket:
         """Frames the server sent that were not read yet."""
         return self._from_app.qsize()
 
+    def stop_reading(self) -> None:
+        """From now on the server's writes to this socket wait (it still takes our frames)."""
+        self._reading.clear()
+
     def send_text(self, text: str) -> None:
         self._to_app.put_nowait({"type": "websocket.receive", "text": text})
 
     async def disconnect(self, code: int = 1000) -> None:
         """The client end goes away (1006: dropped, as a killed process's socket)."""
         self._to_app.put_nowait({"type": "websocket.disconnect", "code": code})
+        self._reading.set()  # the app's last writes go nowhere rather than wait forever
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(self._task, timeout=WAIT)
@@ -261,8 +270,9 @@ async def running(api: Any, db_url: str) -> AsyncIterator[None]:
         yield
     finally:
         stop.set()
-        for session in list(hub.sessions):
-            await session.close(1001, "test over")
+        for session in list(hub.sessions):  # (one a test left not reading is dropped)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(session.close(1001, "test over"), timeout=WAIT)
         # The flushers look at `stop` between waits of up to a second: a test need not wait.
         for task in tasks:
             task.cancel()

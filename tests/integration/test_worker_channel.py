@@ -7,8 +7,10 @@ windows a test wants, zero to act now. kill -9, SIGSTOP, TLS and the proxies sta
 tests (tests/e2e).
 """
 
+import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -150,6 +152,63 @@ class TestSilence:
         )
         shown = await job(channel, j)
         assert (shown["state"], shown["attempt"]) == ("cancelled", 1)
+
+
+class TestSlowSocket:
+    async def test_a_worker_that_stops_reading_delays_no_one(
+        self, api_with: Callable[[dict[str, Any]], Awaitable[Api]], db_url: str
+    ):
+        """One worker stops reading while megabytes of leases queue for it; the others' beats are
+        all acknowledged and their jobs all finish."""
+        api = await api_with(
+            {"pools": {"gpu": {"slots": {"default": 4}}, "slow": {"slots": {"default": 32}}}}
+        )
+        async with running(api, db_url):
+            slow = await worker(api, "slow", pool="slow")
+            assert slow.socket is not None
+            slow.socket.stop_reading()
+            big = {f"V{i}": "x" * 120_000 for i in range(8)}  # ~960 KB per lease
+            for _ in range(16):  # (a body is bounded: two such jobs at a time)
+                r = await api.call(
+                    "POST",
+                    "/api/v1/jobs",
+                    json=[{"command": ["true"], "pool": "slow", "env": big} for _ in range(2)],
+                )
+                assert r.status_code == 201, r.text
+            await until(lambda: _leased(api, 32), "32 leases (~30 MB) granted to the slow worker")
+            good = [await worker(api, f"good{i}") for i in range(2)]
+            r = await api.call(
+                "POST", "/api/v1/jobs", json=[{"command": ["true"], "pool": "gpu"}] * 12
+            )
+            gpu_jobs = set(r.json()["ids"])
+            done: set[int] = set()
+            while not gpu_jobs <= done:
+                for w in good:
+                    await w.beat()  # each beat of theirs is acked while slow's writes wait
+                    with contextlib.suppress(TimeoutError):
+                        lease = await w.lease(timeout=0.2)
+                        await w.report(
+                            protocol.Finished(
+                                seq=w.next_seq(),
+                                job=lease.job,
+                                epoch=lease.epoch,
+                                state="succeeded",
+                            )
+                        )
+                        done.add(lease.job)
+            states = {
+                j["id"]: j["state"]
+                for j in (await api.call("GET", "/api/v1/jobs", params={"limit": 100})).json()
+            }
+            assert all(states[j] == "succeeded" for j in gpu_jobs)
+            assert slow.socket.pending() == 0  # every write to it since it stopped is waiting
+            await slow.vanish()
+
+
+async def _leased(api: Api, n: int) -> bool:
+    async with api.rt.db.begin() as conn:
+        count = await conn.scalar(text("SELECT count(*) FROM jobs WHERE state = 'leased'"))
+    return bool(count == n)
 
 
 class TestForgotten:
