@@ -81,6 +81,10 @@ class Socket:
             # A client that stopped reading: the server's write waits, as on full TCP buffers.
             await self._reading.wait()
             await self._from_app.put(message)
+            if message["type"] == "websocket.close":  # as a server would: the peer is gone
+                self._to_app.put_nowait(
+                    {"type": "websocket.disconnect", "code": message.get("code", 1000)}
+                )
 
         try:
             await self.app(scope, self._to_app.get, send)
