@@ -135,42 +135,67 @@ async def answer(
     reason: str = "",
     request_id: str = "",
 ) -> ApprovalRecord:
-    """Approve or deny a pending request, as a member of its job's tenant (see the policy)."""
+    """Approve or deny a pending request, as a member of its job's tenant (see the policy).
+
+    A refusal of someone who sees the request (a job, the creator under four-eyes) is audited
+    too, as `approval.refused`: an attempt to approve one's own step is worth knowing of.
+    """
     if len(reason) > MAX_DETAILS:
         raise Invalid(f"a reason is at most {MAX_DETAILS} characters")
+    state = State.APPROVED if approve else State.DENIED
     async with db.begin() as conn:
         await _settle(conn, [approval_id])
         found = await approvals_q.get(conn, approval_id, tenants=caller.tenant_filter())
         if found is None:
             raise NotFound(f"no approval request {approval_id}")
-        if caller.kind is Kind.JOB:
-            # Security: a job (or one it submitted) answering would be the job approving itself.
-            raise Forbidden("a job may not answer an approval request")
-        if found.policy == Policy.FOUR_EYES and str(caller) == found.job_creator:
-            raise Forbidden(
-                f"approval request {approval_id} is four-eyes ([pools.{found.pool}] approvals): "
-                f"{found.job_creator} created job {found.job_id} and may not answer it; another "
-                f"member of tenant {found.tenant} must"
+        refusal = _refusal(caller, found)
+        if refusal is None:
+            answered = await approvals_q.answer(
+                conn, approval_id, state=state, by=str(caller), reason=reason
             )
-        state = State.APPROVED if approve else State.DENIED
-        answered = await approvals_q.answer(
-            conn, approval_id, state=state, by=str(caller), reason=reason
-        )
-        if answered is None:
-            raise Conflict(f"approval request {approval_id} is already {found.state}")
+            if answered is None:
+                raise Conflict(f"approval request {approval_id} is already {found.state}")
+            await audit.record(
+                conn,
+                caller,
+                f"approval.{state}",
+                str(approval_id),
+                tenant=found.tenant,
+                request_id=request_id,
+                job=found.job_id,
+                title=found.title,
+                reason=reason,
+            )
+            log.info("approval_answered", approval=approval_id, state=str(state), by=str(caller))
+            return answered  # (committed on the way out)
+    async with db.begin() as conn:  # the refusal on its own: nothing was answered
         await audit.record(
             conn,
             caller,
-            f"approval.{state}",
+            "approval.refused",
             str(approval_id),
             tenant=found.tenant,
             request_id=request_id,
             job=found.job_id,
-            title=found.title,
-            reason=reason,
+            wanted=str(state),
+            refusal=refusal,
         )
-    log.info("approval_answered", approval=approval_id, state=str(state), by=str(caller))
-    return answered
+    log.warning("approval_refused", approval=approval_id, by=str(caller), reason=refusal)
+    raise Forbidden(refusal)
+
+
+def _refusal(caller: Caller, found: ApprovalRecord) -> str | None:
+    """Why `caller`, who sees the request, may not answer it; None when it may."""
+    if caller.kind is Kind.JOB:
+        # Security: a job (or one it submitted) answering would be the job approving itself.
+        return "a job may not answer an approval request"
+    if found.policy == Policy.FOUR_EYES and str(caller) == found.job_creator:
+        return (
+            f"approval request {found.id} is four-eyes ([pools.{found.pool}] approvals): "
+            f"{found.job_creator} created job {found.job_id} and may not answer it; another "
+            f"member of tenant {found.tenant} must"
+        )
+    return None
 
 
 async def settle(db: Database) -> int:

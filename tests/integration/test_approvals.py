@@ -131,6 +131,7 @@ class TestFourEyes:
         assert again.status_code == 409, again.text
         assert await audit_of(api, asked["id"]) == [
             ("approval.requested", f"job:{job.id}"),
+            ("approval.refused", "service:alice-a"),
             ("approval.approved", "service:bob-a"),
         ]
 
