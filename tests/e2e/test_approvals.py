@@ -2,13 +2,16 @@
 runtime (`request_approval`) or their own `berth approval request`, through the relay; members
 answer with the real CLI. Tenant a has two members: alice (who submits) and bob."""
 
+import asyncio
 import json
+import signal
 import textwrap
 
+import asyncpg
 import pytest
 
 from tests.e2e.test_job_io import remote
-from tests.procs import wait_for
+from tests.procs import merge, wait_for
 
 ASKS = textwrap.dedent(
     """
@@ -151,3 +154,52 @@ class TestApprovals:
         assert audit(s, asked["id"]) == sorted(
             [("approval.requested", f"job:{job}"), ("approval.timed_out", "service:berth")]
         )
+
+
+# Leases outlive a server restart (the worker reconnects well within these).
+PATIENT = {"executor": {"unreachable_seconds": 20.0, "evict_seconds": 40.0}}
+
+
+def overdue_in_db(db_url: str, approval: int) -> bool:
+    async def ask() -> bool:
+        conn = await asyncpg.connect(db_url)
+        try:
+            return bool(
+                await conn.fetchval(
+                    "SELECT deadline < now() FROM approvals WHERE id = $1", approval
+                )
+            )
+        finally:
+            await conn.close()
+
+    return asyncio.run(ask())
+
+
+class TestServerRestart:
+    def test_a_request_outlives_a_restart_and_is_answered_after_it(self, tenant_a, tmp_path):
+        """kill -9 of the server while the job waits, a restart: the request is still pending,
+        bob approves, the job goes on with True."""
+        s, alice, bob = tenant_a(merge(PATIENT, gpu()))
+        job = submit(s, alice, tmp_path)
+        asked = pending(s, bob, job)
+        s.kill(signal.SIGKILL)
+        s.start()
+        again = json.loads(s.cli("approval", "show", str(asked["id"]), "--json", token=bob).out)
+        assert again["state"] == "pending"
+        assert s.cli("approval", "approve", str(asked["id"]), token=bob).code == 0
+        code, out = ended(s, bob, job)
+        assert (code, "approved: True" in out) == (0, True), out
+
+    def test_a_deadline_that_passed_while_no_server_ran_is_enforced(
+        self, tenant_a, tmp_path, sync_db_url
+    ):
+        """The deadline passes while the server is down; the restarted server denies it."""
+        s, alice, bob = tenant_a(merge(PATIENT, gpu(approval_timeout_seconds=3)))
+        job = submit(s, alice, tmp_path)
+        asked = pending(s, bob, job)
+        s.kill(signal.SIGKILL)
+        wait_for(lambda: overdue_in_db(sync_db_url, asked["id"]), 30, "the deadline to pass")
+        s.start()
+        code, out = ended(s, bob, job)
+        assert (code, "approved: False" in out) == (3, True), out
+        assert ("approval.timed_out", "service:berth") in audit(s, asked["id"])
