@@ -6,12 +6,16 @@ import asyncio
 import json
 import signal
 import textwrap
+from collections.abc import Iterator
 
 import asyncpg
 import pytest
 
 from tests.e2e.test_job_io import remote
+from tests.e2e.test_proxy_nginx import ALICE, BOB, CAROL, CI, CONFIG, Front, Stack
 from tests.procs import merge, wait_for
+from tests.proxy.authstub import WORKER_SECRET
+from tests.proxy.harness import ProxyFront
 
 ASKS = textwrap.dedent(
     """
@@ -203,3 +207,59 @@ class TestServerRestart:
         code, out = ended(s, bob, job)
         assert (code, "approved: False" in out) == (3, True), out
         assert ("approval.timed_out", "service:berth") in audit(s, asked["id"])
+
+
+@pytest.fixture
+def stack(server_factory, tmp_path) -> Iterator[Stack]:
+    """berth in proxy mode behind nginx and the auth stub (tests/e2e/test_proxy_nginx.py's)."""
+    server = server_factory(CONFIG, builtin_worker=False)
+    front = ProxyFront(tmp_path / "nginx", f"127.0.0.1:{server.port}").start()
+    yield Stack(server, front)
+    front.stop()
+
+
+class TestThroughNginx:
+    def test_asked_and_answered_through_the_proxy(self, stack, worker_factory):
+        """auth = "proxy" behind nginx, the worker attached through it: ci-pipeline's job asks
+        with its relayed `berth`; ci-pipeline (its creator) is refused, carol of another tenant
+        sees nothing (404), bob of its tenant approves; the job goes on; all of it audited."""
+        via = Front(stack.server, stack.front.url)
+        worker_factory(via, WORKER_SECRET, "gpu", "--name", "gpu-w1", name="gpu-w1")
+        wait_for(
+            lambda: any(
+                x["name"] == "gpu-w1" and x["attached"]
+                for x in stack.call(ALICE, "GET", "/api/v1/workers").json()
+            ),
+            30,
+            "gpu-w1 attached through nginx",
+        )
+        script = "berth approval request 'deploy via nginx'; echo exit=$?"
+        job = stack.submit(CI, {"command": ["sh", "-c", script], "pool": "gpu"})["id"]
+
+        def asked() -> dict | None:
+            r = stack.call(BOB, "GET", "/api/v1/approvals", params={"job": job})
+            assert r.status_code == 200, r.text
+            return next(iter(r.json()), None)
+
+        approval = wait_for(asked, 60, "the job to ask")["id"]
+        path = f"/api/v1/approvals/{approval}/approve"
+        own = stack.call(CI, "POST", path, json={})
+        assert own.status_code == 403 and "four-eyes" in own.json()["error"], own.text
+        assert stack.call(CAROL, "POST", path, json={}).status_code == 404
+        yes = stack.call(BOB, "POST", path, json={"reason": "ok"})
+        assert (yes.status_code, yes.json()["answered_by"]) == (200, "human:bob"), yes.text
+        done = wait_for(
+            lambda: (j := stack.job(job))["state"] in {"succeeded", "failed"} and j,
+            60,
+            "the job to end",
+        )
+        assert done["state"] == "succeeded", done
+        logs = stack.call(ALICE, "GET", f"/api/v1/jobs/{job}/logs").json()
+        assert "approved\nexit=0" in "".join(c["data"] for c in logs["chunks"])
+        audit = stack.audit()
+        for who, action in (
+            (f"job:{job}", "approval.requested"),
+            ("service:ci-pipeline", "approval.refused"),
+            ("human:bob", "approval.approved"),
+        ):
+            assert (who, action, str(approval)) in audit
