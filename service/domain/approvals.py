@@ -3,11 +3,12 @@
 A job asks (`request_approval`, relayed by its worker as `job:<id>`) while its lease is live;
 the request is tied to that lease. Who may answer is fixed when it is asked, from `[pools.P]
 approvals` of the pool whose worker holds the lease: "four-eyes" (the default) refuses the job's
-creator, "any-member" takes any member of the job's tenant. A job never answers. A request is
-denied as `timed_out` at its deadline (`[pools.P] approval_timeout_seconds`) and `closed` when
-its lease ends first; the server enforces both from the table (`settle`): the leader every pass,
-and every read or answer of a request first, in its own transaction, so a restart loses nothing.
-Every act is audited.
+creator (the person behind the jobs that submitted it, when a job submitted it), "any-member"
+takes any member of the job's tenant. A job never answers. A request is denied as `timed_out`
+at its deadline (`[pools.P] approval_timeout_seconds`) and `closed` when its lease ends first;
+the server enforces both from the table (`settle`): the leader every pass, and every read or
+answer of a request first, in its own transaction, so a restart loses nothing. Every act is
+audited, and so is a refused answer.
 """
 
 from collections.abc import Mapping
@@ -81,7 +82,7 @@ async def ask(
                 "title": title,
                 "details": details,
                 "policy": pool.approvals,
-                "job_creator": job.created_by,
+                "job_creator": await approvals_q.root_creator(conn, job.id),
             },
             timeout=pool.approval_timeout_seconds,
         )

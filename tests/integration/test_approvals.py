@@ -266,3 +266,23 @@ class TestEnds:
         status, body = await job.call("POST", "/api/v1/approvals", {"title": bad})
         assert status == 400, body
         assert "title" in body["error"]
+
+
+class TestChildJobs:
+    async def test_four_eyes_sees_through_a_job_that_submitted_the_job(self, api_with):
+        """Alice's job submits a child (created by job:<parent>); the child asks: alice is still
+        its creator for four-eyes, bob may answer."""
+        api = await api_with(GPU)
+        alice, bob = await members(api)
+        parent = await running_job(api, alice)
+        status, child = await parent.call(
+            "POST", "/api/v1/jobs", {"command": ["true"], "pool": "gpu"}
+        )
+        assert status == 201 and child["created_by"] == f"job:{parent.id}", child
+        done = await dispatch.run_pass(api.rt.db, [parent.session.worker.id], api.rt.pools)
+        [(_, leased)] = done.grants
+        asked = await Job(api, parent.session, leased.id, leased.attempt).ask()
+        assert asked["job_creator"] == "service:alice-a"
+        own = await answer(api, alice, asked["id"], "approve")
+        assert own.status_code == 403 and "four-eyes" in own.json()["error"], own.text
+        assert (await answer(api, bob, asked["id"], "approve")).status_code == 200

@@ -39,6 +39,33 @@ async def live_lease(conn: AsyncConnection, job_id: int) -> tuple[int, str] | No
     return None if row is None else (int(row[0]), str(row[1]))
 
 
+async def root_creator(conn: AsyncConnection, job_id: int) -> str:
+    """Who created the job, through the jobs that submitted it: the first creator not a job.
+
+    A job that a job submitted is created by `job:<id>`; four-eyes must refuse the person
+    behind that chain, not only its last link. A chain whose start is gone ends at a `job:`.
+    """
+    row = (
+        await conn.execute(
+            text(
+                """
+                WITH RECURSIVE chain(created_by, depth) AS (
+                    SELECT created_by, 0 FROM jobs WHERE id = :j
+                    UNION ALL
+                    SELECT p.created_by, c.depth + 1 FROM chain c
+                    JOIN jobs p ON c.created_by LIKE 'job:%'
+                               AND p.id = CAST(substr(c.created_by, 5) AS bigint)
+                    WHERE c.depth < 100
+                )
+                SELECT created_by FROM chain ORDER BY depth DESC LIMIT 1
+                """
+            ),
+            {"j": job_id},
+        )
+    ).first()
+    return "" if row is None else str(row[0])
+
+
 async def insert(conn: AsyncConnection, row: dict[str, Any], *, timeout: float) -> ApprovalRecord:
     """A pending request whose deadline is `timeout` seconds from now (the database's clock)."""
     deadline = func.now() + literal(timedelta(seconds=timeout), Interval())
