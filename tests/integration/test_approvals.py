@@ -286,3 +286,34 @@ class TestChildJobs:
         own = await answer(api, alice, asked["id"], "approve")
         assert own.status_code == 403 and "four-eyes" in own.json()["error"], own.text
         assert (await answer(api, bob, asked["id"], "approve")).status_code == 200
+
+
+class TestBadInput:
+    async def test_each_is_a_4xx_naming_the_problem(self, api_with):
+        api = await api_with(GPU)
+        alice, bob = await members(api)
+        job = await running_job(api, alice)
+        status, body = await job.call("POST", "/api/v1/approvals", {"title": "a\u0000b"})
+        assert status == 400 and "title" in body["error"], body
+        asked = await job.ask()
+        for method, path, kw, status, said in (
+            ("GET", "/api/v1/approvals?state=maybe", {}, 400, "unknown state 'maybe'"),
+            ("GET", "/api/v1/approvals?limit=0", {}, 400, "limit"),
+            ("GET", f"/api/v1/approvals?job={2**63}", {}, 400, "job"),
+            ("GET", "/api/v1/approvals/0", {}, 404, "no approval request 0"),
+            ("GET", f"/api/v1/approvals/{2**63}", {}, 404, "no approval request"),
+            ("POST", f"/api/v1/approvals/{asked['id']}/approve", {"json": {"why": 1}}, 400, "why"),
+            (
+                "POST",
+                f"/api/v1/approvals/{asked['id']}/deny",
+                {"json": {"reason": 5}},
+                400,
+                "reason",
+            ),
+            ("POST", "/api/v1/approvals/999/approve", {}, 404, "no approval request 999"),
+        ):
+            r = await api.call(method, path, bob, **kw)
+            assert r.status_code == status, (path, r.text)
+            assert said in r.json()["error"] and r.json()["status"] == status, r.text
+        r = await api.call("POST", f"/api/v1/approvals/{asked['id']}/approve", bob)
+        assert r.status_code == 200, r.text  # no body at all is no reason

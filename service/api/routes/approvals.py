@@ -19,7 +19,9 @@ Text = Annotated[str, msgspec.Meta(max_length=approvals.MAX_DETAILS, pattern=bod
 
 
 class AskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    title: Annotated[str, msgspec.Meta(min_length=1, max_length=approvals.MAX_TITLE)]
+    title: Annotated[
+        str, msgspec.Meta(min_length=1, max_length=approvals.MAX_TITLE, pattern=body.NO_NUL)
+    ]
     details: Text = ""
 
 
