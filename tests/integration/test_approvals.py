@@ -5,6 +5,7 @@ side of it, `api/channel/relay.py`, as `job:<id>` while the lease is live); peop
 the API with tokens of their own. Deadlines are made overdue in the table, never waited for.
 """
 
+import asyncio
 import json
 from typing import Any
 
@@ -251,6 +252,7 @@ class TestEnds:
         asked = await job.ask()
         r = await api.call("POST", f"/api/v1/jobs/{job.id}/cancel", bob)
         assert r.status_code == 200, r.text
+        assert await approvals.settle(api.rt.db) == 1  # the leader's pass, before anyone looks
         r = await api.call("GET", f"/api/v1/approvals/{asked['id']}", bob)
         assert r.json()["state"] == "closed", r.text
         assert (await answer(api, bob, asked["id"], "approve")).status_code == 409
@@ -317,3 +319,29 @@ class TestBadInput:
             assert said in r.json()["error"] and r.json()["status"] == status, r.text
         r = await api.call("POST", f"/api/v1/approvals/{asked['id']}/approve", bob)
         assert r.status_code == 200, r.text  # no body at all is no reason
+
+
+class TestSettleRaces:
+    async def test_passes_and_listings_at_once_settle_each_request_once(self, api_with):
+        """20 overdue requests, 8 settles and 4 listings at once: no deadlock, each request
+        timed out (and audited) exactly once."""
+        api = await api_with(GPU)
+        alice, bob = await members(api)
+        job = await running_job(api, alice)
+        ids = [(await job.ask(title=f"step {i}"))["id"] for i in range(20)]
+        async with api.rt.db.begin() as conn:
+            await conn.execute(text("UPDATE approvals SET deadline = now()"))
+        settled = await asyncio.gather(
+            *[approvals.settle(api.rt.db) for _ in range(8)],
+            *[api.call("GET", "/api/v1/approvals", bob) for _ in range(4)],
+        )
+        assert [r.status_code for r in settled[8:]] == [200] * 4, [r.text for r in settled[8:]]
+        async with api.rt.db.begin() as conn:
+            rows = await conn.execute(
+                text(
+                    "SELECT target, count(*) FROM audit WHERE action = 'approval.timed_out' "
+                    "GROUP BY target"
+                )
+            )
+            counted = {int(t): n for t, n in rows}
+        assert counted == dict.fromkeys(ids, 1)

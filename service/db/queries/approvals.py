@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Interval, func, literal, select, text, true, update
+from sqlalchemy import ColumnElement, Interval, and_, func, literal, select, text, true, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -139,12 +139,11 @@ async def settle(
 ) -> tuple[list[ApprovalRecord], list[ApprovalRecord]]:
     """Pending requests past their deadline -> timed_out; those whose lease ended -> closed.
 
-    `ids`: only these (the claim of one answer); None: all of them (the leader's pass).
+    `ids`: only these (the claim of one answer: it waits for a row another holds); None: all of
+    them, skipping rows another transaction holds (it settles or answers them), so passes and
+    listings running at once never wait on each other nor deadlock.
     Returns (timed out, closed), each changed here and now, so each is audited once.
     """
-    pending = [approvals.c.state == "pending"]
-    if ids is not None:
-        pending.append(approvals.c.id.in_(list(ids)))
     lease_live = (
         select(leases.c.id)
         .where(
@@ -154,16 +153,28 @@ async def settle(
         )
         .exists()
     )
+
+    def which(*cond: ColumnElement[bool]) -> ColumnElement[bool]:
+        pending = approvals.c.state == "pending"
+        if ids is not None:
+            return and_(pending, approvals.c.id.in_(list(ids)), *cond)
+        free = (
+            select(approvals.c.id)
+            .where(pending, *cond)
+            .with_for_update(skip_locked=True, of=approvals)
+        )
+        return and_(pending, approvals.c.id.in_(free.scalar_subquery()))
+
     closed = await conn.execute(
         update(approvals)
-        .where(*pending, ~lease_live)
+        .where(which(~lease_live))
         .values(state="closed", answered_at=func.now(), reason=CLOSED_REASON)
         .returning(*COLS)
     )
     closed_rows = [ApprovalRecord.of(r) for r in closed]
     timed_out = await conn.execute(
         update(approvals)
-        .where(*pending, approvals.c.deadline <= func.now())
+        .where(which(approvals.c.deadline <= func.now()))
         .values(state="timed_out", answered_at=func.now(), reason=TIMED_OUT_REASON)
         .returning(*COLS)
     )
