@@ -94,7 +94,7 @@ class Executor(Section, frozen=True):
     credential_rotate_hours: float = 24.0  # a joined worker's credential is replaced this often
     output_tail_kb: float = 256.0  # a job's newest output kept in Postgres; the rest in the store
     pack_seconds: float = 10.0  # how often older output moves to the store (at most 30 s)
-    loop_seconds: float = 1.0  # cadence of the leader's silence and sealing passes
+    loop_seconds: float = 1.0  # cadence of the leader's silence, sealing and approvals passes
     # A dispatch pass runs when NOTIFY or a local event pokes it, and at least this often
     # (host samples move thresholds without any event).
     dispatch_fallback_seconds: float = 2.0
