@@ -345,3 +345,18 @@ class TestSettleRaces:
             )
             counted = {int(t): n for t, n in rows}
         assert counted == dict.fromkeys(ids, 1)
+
+
+class TestSlot:
+    async def test_a_job_waiting_for_approval_holds_its_slot(self, api_with):
+        """One slot: while the first job waits for an answer, the next job is not leased."""
+        api = await api_with({"pools": {"gpu": {"slots": {"default": 1}}}})
+        alice, bob = await members(api)
+        job = await running_job(api, alice)
+        await job.ask()
+        r = await api.call("POST", "/api/v1/jobs", bob, json={"command": ["true"], "pool": "gpu"})
+        assert r.status_code == 201, r.text
+        done = await dispatch.run_pass(api.rt.db, [job.session.worker.id], api.rt.pools)
+        assert done.grants == []
+        shown = (await api.call("GET", f"/api/v1/jobs/{r.json()['id']}", bob)).json()
+        assert shown["state"] == "queued" and shown["waiting_for"], shown
