@@ -3,10 +3,21 @@
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
 
-from service.api import errors, guards
+from service.api import errors, guards, observe
 from service.api.channel import socket as worker_socket
 from service.api.channel.hub import Hub
-from service.api.routes import audit, cas, fleet, health, jobs, joining, limits, secrets, tokens
+from service.api.routes import (
+    audit,
+    cas,
+    fleet,
+    health,
+    jobs,
+    joining,
+    limits,
+    metrics,
+    secrets,
+    tokens,
+)
 from service.api.runtime import Runtime
 
 ROUTES = [
@@ -33,6 +44,7 @@ ROUTES = [
     secrets.list_secrets,
     secrets.remove_secret,
     audit.list_audit,
+    metrics.metrics,
     *cas.HANDLERS,
     worker_socket.attach,
 ]
@@ -41,9 +53,13 @@ ROUTES = [
 def create_app(rt: Runtime) -> Litestar:
     if rt.hub is None:
         rt.hub = Hub(rt)
+    hub = rt.hub
+    rt.metrics.watch(sessions=lambda: len(hub.sessions.ids()))
+    rt.metrics.count_statements(rt.db.engine)
     app = Litestar(
         route_handlers=ROUTES,
         guards=[guards.require_perm],
+        middleware=[observe.count_requests(rt.metrics)],
         exception_handlers=errors.HANDLERS,  # type: ignore[arg-type]
         openapi_config=OpenAPIConfig(title="berth", version=rt.version, path="/schema"),
         state={"runtime": rt},  # type: ignore[arg-type]
