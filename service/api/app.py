@@ -19,6 +19,9 @@ from service.api.routes import (
     tokens,
 )
 from service.api.runtime import Runtime
+from service.api.ui import actions as ui_actions
+from service.api.ui import render as ui_render
+from service.api.ui import routes as ui_routes
 
 ROUTES = [
     health.healthz,
@@ -45,6 +48,8 @@ ROUTES = [
     secrets.remove_secret,
     audit.list_audit,
     metrics.metrics,
+    *ui_routes.HANDLERS,
+    *ui_actions.HANDLERS,
     *cas.HANDLERS,
     worker_socket.attach,
 ]
@@ -60,6 +65,7 @@ def create_app(rt: Runtime) -> Litestar:
         route_handlers=ROUTES,
         guards=[guards.require_perm],
         middleware=[observe.count_requests(rt.metrics)],
+        template_config=ui_render.TEMPLATES,
         exception_handlers=errors.HANDLERS,  # type: ignore[arg-type]
         openapi_config=OpenAPIConfig(title="berth", version=rt.version, path="/schema"),
         state={"runtime": rt},  # type: ignore[arg-type]
