@@ -76,7 +76,12 @@ class TestScrape:
         assert value(got, "berth_jobs", state="succeeded") == 100
         assert value(got, "berth_leader") == 1
         assert value(got, "berth_worker_sessions") == 1  # the built-in worker
-        assert total(got, "berth_heartbeat_ack_latency_seconds_count") >= 0
+        wait_for(
+            lambda: total(samples(scrape(s)), "berth_heartbeat_ack_latency_seconds_count") > 0,
+            60,
+            "a heartbeat acked",
+        )
+        assert ("berth_relay_sessions", ()) in got
         assert total(got, "berth_db_statements_total") > 0
         assert (
             value(
