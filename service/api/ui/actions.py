@@ -43,7 +43,7 @@ def _login_form(message: str = "", status: int = 200) -> Template:
     )
 
 
-@get("/ui/login", opt={"public": True}, exception_handlers=ERRORS)
+@get("/ui/login", opt={"public": True}, exception_handlers=ERRORS, include_in_schema=False)
 async def login_form(request: AnyRequest) -> Template | Redirect:
     """The sign-in form (token mode); behind a proxy the proxy signs people in."""
     if proxy_mode(request):
@@ -51,7 +51,13 @@ async def login_form(request: AnyRequest) -> Template | Redirect:
     return _login_form()
 
 
-@post("/ui/login", opt={"public": True}, exception_handlers=ERRORS, status_code=303)
+@post(
+    "/ui/login",
+    opt={"public": True},
+    exception_handlers=ERRORS,
+    include_in_schema=False,
+    status_code=303,
+)
 async def login(request: AnyRequest, data: Form) -> Response[Any]:
     """Trade a token for a session cookie (HttpOnly, SameSite=Strict, Path=/ui, Secure on TLS)."""
     session.check_same_origin(request.headers)
@@ -78,7 +84,12 @@ async def login(request: AnyRequest, data: Form) -> Response[Any]:
     return answer
 
 
-@post("/ui/logout", opt={**UI, "perm": Perm.JOBS_READ}, exception_handlers=ERRORS)
+@post(
+    "/ui/logout",
+    opt={**UI, "perm": Perm.JOBS_READ},
+    exception_handlers=ERRORS,
+    include_in_schema=False,
+)
 async def logout(request: AnyRequest, data: Form) -> Redirect:
     """Forget this browser's session cookie."""
     await _checked(request, data)
@@ -91,6 +102,7 @@ async def logout(request: AnyRequest, data: Form) -> Redirect:
     "/ui/jobs/{job_id:int}/cancel",
     opt={**UI, "perm": Perm.JOBS_WRITE},
     exception_handlers=ERRORS,
+    include_in_schema=False,
 )
 async def cancel(request: AnyRequest, job_id: FromPath[int], data: Form) -> Redirect:
     """Cancel the job, as `job cancel` does; back to its page."""
@@ -105,6 +117,7 @@ async def cancel(request: AnyRequest, job_id: FromPath[int], data: Form) -> Redi
     "/ui/workers/{name:str}/{action:str}",
     opt={**UI, "perm": Perm.FLEET_WRITE},
     exception_handlers=ERRORS,
+    include_in_schema=False,
 )
 async def set_worker_state(
     request: AnyRequest, name: FromPath[str], action: FromPath[str], data: Form

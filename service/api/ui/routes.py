@@ -33,14 +33,19 @@ def _blank(value: str | None) -> str | None:
     return value.strip() or None if value else None
 
 
-@get("/ui", opt={**UI, "perm": Perm.JOBS_READ}, exception_handlers=ERRORS)
+@get("/ui", opt={**UI, "perm": Perm.JOBS_READ}, exception_handlers=ERRORS, include_in_schema=False)
 async def home(request: AnyRequest) -> Redirect:
     """The jobs page is the home page."""
     await identify(request)
     return Redirect("/ui/jobs", status_code=303)
 
 
-@get("/ui/jobs", opt={**UI, "perm": Perm.JOBS_READ}, exception_handlers=ERRORS)
+@get(
+    "/ui/jobs",
+    opt={**UI, "perm": Perm.JOBS_READ},
+    exception_handlers=ERRORS,
+    include_in_schema=False,
+)
 async def job_list(  # noqa: PLR0917  (one query parameter per filter)
     request: AnyRequest,
     job_state: Annotated[str | None, QueryParameter(name="state")] = None,
@@ -71,7 +76,12 @@ async def job_list(  # noqa: PLR0917  (one query parameter per filter)
     )
 
 
-@get("/ui/jobs/{job_id:int}", opt={**UI, "perm": Perm.JOBS_READ}, exception_handlers=ERRORS)
+@get(
+    "/ui/jobs/{job_id:int}",
+    opt={**UI, "perm": Perm.JOBS_READ},
+    exception_handlers=ERRORS,
+    include_in_schema=False,
+)
 async def job_page(request: AnyRequest, job_id: FromPath[int]) -> Template:
     """One job: state, why it waits, attempts, worker, metrics, files, output, cancel."""
     rt = runtime_of(request)
@@ -101,7 +111,12 @@ def _tail(chunks: list[Any]) -> tuple[str, int]:
     )
 
 
-@get("/ui/jobs/{job_id:int}/output", opt={**UI, "perm": Perm.JOBS_READ}, exception_handlers=ERRORS)
+@get(
+    "/ui/jobs/{job_id:int}/output",
+    opt={**UI, "perm": Perm.JOBS_READ},
+    exception_handlers=ERRORS,
+    include_in_schema=False,
+)
 async def job_output(
     request: AnyRequest, job_id: FromPath[int], after: FromQuery[int] = 0
 ) -> Template:
@@ -127,6 +142,7 @@ async def job_output(
     "/ui/jobs/{job_id:int}/files/{sha256:str}",
     opt={**UI, "perm": Perm.JOBS_READ},
     exception_handlers=ERRORS,
+    include_in_schema=False,
 )
 async def job_file(
     request: AnyRequest, job_id: FromPath[int], sha256: FromPath[str]
@@ -149,7 +165,12 @@ async def job_file(
     return answer
 
 
-@get("/ui/workers", opt={**UI, "perm": Perm.FLEET_READ}, exception_handlers=ERRORS)
+@get(
+    "/ui/workers",
+    opt={**UI, "perm": Perm.FLEET_READ},
+    exception_handlers=ERRORS,
+    include_in_schema=False,
+)
 async def workers(request: AnyRequest) -> Template:
     """Workers the caller may see, with why each gets no lease; drain etc. for operators."""
     rt = runtime_of(request)
@@ -157,7 +178,12 @@ async def workers(request: AnyRequest) -> Template:
     return await page(request, "workers.html", workers=rows, starting=starting)
 
 
-@get("/ui/pools", opt={**UI, "perm": Perm.FLEET_READ}, exception_handlers=ERRORS)
+@get(
+    "/ui/pools",
+    opt={**UI, "perm": Perm.FLEET_READ},
+    exception_handlers=ERRORS,
+    include_in_schema=False,
+)
 async def pools(request: AnyRequest) -> Template:
     """Pools with queue depth per kind, limits in force (who, why), provisioned workers."""
     rt = runtime_of(request)
@@ -176,7 +202,9 @@ async def pools(request: AnyRequest) -> Template:
     )
 
 
-@get("/ui/audit", opt={**UI, "perm": Perm.AUDIT}, exception_handlers=ERRORS)
+@get(
+    "/ui/audit", opt={**UI, "perm": Perm.AUDIT}, exception_handlers=ERRORS, include_in_schema=False
+)
 async def audit_page(  # noqa: PLR0917  (one query parameter per filter)
     request: AnyRequest,
     caller: FromQuery[str | None] = None,
@@ -201,7 +229,12 @@ async def audit_page(  # noqa: PLR0917  (one query parameter per filter)
     )
 
 
-@get("/ui/audit/verify", opt={**UI, "perm": Perm.AUDIT}, exception_handlers=ERRORS)
+@get(
+    "/ui/audit/verify",
+    opt={**UI, "perm": Perm.AUDIT},
+    exception_handlers=ERRORS,
+    include_in_schema=False,
+)
 async def audit_verify(request: AnyRequest) -> Template:
     """`berth audit verify` as this server can run it (with its key; its kept head aside)."""
     rt = runtime_of(request)
@@ -215,7 +248,12 @@ ASSETS = {
 }
 
 
-@get("/ui/static/{name:str}", opt={"public": True}, exception_handlers=ERRORS)
+@get(
+    "/ui/static/{name:str}",
+    opt={"public": True},
+    exception_handlers=ERRORS,
+    include_in_schema=False,
+)
 async def static(name: FromPath[str]) -> Response[bytes]:
     """The UI's own assets, from the package (no CDN)."""
     if name not in ASSETS:
