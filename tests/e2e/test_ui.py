@@ -117,15 +117,31 @@ class TestPages:
         assert verify.status_code == 200 and ("Intact" in verify.text or "Broken" in verify.text)
 
     def test_a_member_sees_its_tenant_only_and_no_fleet_buttons(self, ui):
+        ids = {}
         for tenant in ("a", "b"):
             r = ui.api(
                 "POST", "/api/v1/jobs", json={"command": ["true"], "tenant": tenant, "pool": "gpu"}
             )
             assert r.status_code == 201, r.text
+            ids[tenant] = r.json()["id"]
         member = ui.cli("token", "create", "mb", "--kind", "service", "--tenant", "b").out.strip()
         c = sign_in(ui, member)
         jobs = c.get("/ui/jobs").text
         assert 'data-tenant="b"' in jobs and 'data-tenant="a"' not in jobs
+        assert 'data-tenant="a"' not in c.get("/ui/jobs", params={"tenant": "a"}).text
+        theirs = ids["a"]
+        for path in (
+            f"/ui/jobs/{theirs}",
+            f"/ui/jobs/{theirs}/output",
+            f"/ui/jobs/{theirs}/files/{'0' * 64}",
+        ):
+            assert c.get(path).status_code == 404, path
+        token = csrf_of(c.get(f"/ui/jobs/{ids['b']}").text)
+        refused = c.post(
+            f"/ui/jobs/{theirs}/cancel", data={"csrf": token}, headers={"origin": ui.url}
+        )
+        assert refused.status_code == 404
+        assert ui.api("GET", f"/api/v1/jobs/{theirs}").json()["state"] == "queued"
         assert 'data-action="drain"' not in c.get("/ui/workers").text
         assert c.get("/ui/audit").status_code == 403
         admin = sign_in(ui, ui.token)
