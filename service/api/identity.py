@@ -68,7 +68,7 @@ def _ui_session(connection: Conn, rt: Runtime) -> str:
     if handler is None or not handler.opt.get("ui"):
         return ""
     cookie = connection.cookies.get(ui_session.COOKIE, "")
-    return ui_session.opened(rt, cookie) if cookie else ""
+    return ui_session.opened(rt.secret_key, cookie) if cookie else ""
 
 
 async def _from_token(connection: Conn, rt: Runtime) -> Caller:

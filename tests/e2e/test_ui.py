@@ -180,15 +180,18 @@ class TestWrites:
         assert other.post(url, data={"csrf": token}, headers={"origin": ui.url}).status_code == 403
         assert ui.api("GET", f"/api/v1/jobs/{job}").json()["state"] == "queued"
 
-    def test_an_operator_drains_and_enables_a_worker(self, ui):
+    def test_an_operator_disables_and_enables_a_worker(self, ui):
         c = sign_in(ui, ui.token)
         page = c.get("/ui/workers").text
         name = re.search(r'data-worker="([^"]+)"', page).group(1)
         token = csrf_of(page)
-        for verb, shown in (("drain", "draining"), ("enable", "active")):
+        # (disable, not drain: a drained worker with nothing to do leaves, and stays offline)
+        for verb, shown in (("disable", "disabled"), ("enable", "active")):
             r = c.post(
                 f"/ui/workers/{name}/{verb}", data={"csrf": token}, headers={"origin": ui.url}
             )
             assert r.status_code == 303, r.text
             workers = ui.api("GET", "/api/v1/workers").json()
             assert next(w for w in workers if w["name"] == name)["state"] == shown
+        actions = {(e["action"], e["target"]) for e in ui.api("GET", "/api/v1/audit").json()}
+        assert {("worker.disabled", name), ("worker.enabled", name)} <= actions

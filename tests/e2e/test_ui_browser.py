@@ -244,6 +244,19 @@ class TestThroughTheProxy:
         )
         assert b.js("return document.getElementById('output').dataset.marker") == "same-page"
         b.shoot("running-job")
+        # Behind the proxy the browser's SSO cookie goes with any request: a forged form from
+        # another origin, or one without the page's CSRF token, is still refused.
+        cancel = f"{front.url}/ui/jobs/{job}/cancel"
+        csrf = b.js("return document.querySelector('#cancel-form input[name=csrf]').value")
+        forged = [
+            ({**ALICE, "Origin": "http://evil.example"}, {"csrf": csrf}),
+            ({**ALICE, "Origin": front.url}, {"csrf": "0" * 64}),
+            ({**ALICE, "Origin": front.url}, {}),
+        ]
+        for headers, form in forged:
+            r = httpx.post(cancel, headers=headers, data=form, timeout=30)
+            assert r.status_code == 403, (headers, form, r.status_code)
+        assert call(front, ALICE, "GET", f"/api/v1/jobs/{job}")["state"] == "running"
         b.driver.find_element("id", "cancel").click()
         wait_for(
             lambda: call(front, ALICE, "GET", f"/api/v1/jobs/{job}")["state"] == "cancelled",

@@ -28,7 +28,7 @@ async def _checked(request: AnyRequest, form: dict[str, str]) -> None:
     caller = await identify(request)
     rt = runtime_of(request)
     session.check_csrf(
-        rt,
+        rt.secret_key,
         bound_to(request, caller),
         form.get(session.CSRF_FIELD, "") or request.headers.get(session.CSRF_HEADER, ""),
     )
@@ -74,7 +74,7 @@ async def login(request: AnyRequest, data: Form) -> Response[Any]:
     answer = Redirect("/ui/jobs", status_code=303)
     answer.set_cookie(
         session.COOKIE,
-        session.seal(rt, token),
+        session.seal(rt.secret_key, token),
         path=session.PATH,
         max_age=session.SESSION_SECONDS,
         httponly=True,

@@ -81,7 +81,7 @@ async def page(request: AnyRequest, name: str, **context: Any) -> Template:  # n
         context={
             "caller": caller,
             "may": {p.name.lower(): allowed(caller, p) for p in Perm},
-            "csrf": session.csrf_token(rt, bound_to(request, caller)),
+            "csrf": session.csrf_token(rt.secret_key, bound_to(request, caller)),
             "proxy": proxy_mode(request),
             "path": request.url.path,
             **context,

@@ -25,7 +25,6 @@ import msgspec
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from service.api.runtime import Runtime
 from service.core.errors import Forbidden
 
 COOKIE = "berth_ui"
@@ -40,38 +39,38 @@ class _Sealed(msgspec.Struct, frozen=True):
     expires: float
 
 
-def _key(rt: Runtime, purpose: bytes) -> bytes:
+def _key(secret_key: bytes, purpose: bytes) -> bytes:
     """A key for one purpose, derived from the server's secret key (never the key itself)."""
-    return hmac.new(rt.secret_key, b"berth-ui\x00" + purpose, hashlib.sha256).digest()
+    return hmac.new(secret_key, b"berth-ui\x00" + purpose, hashlib.sha256).digest()
 
 
-def seal(rt: Runtime, token: str, *, now: float | None = None) -> str:
+def seal(secret_key: bytes, token: str, *, now: float | None = None) -> str:
     """The cookie value for a signed-in token."""
     expires = (time.time() if now is None else now) + SESSION_SECONDS
     nonce = os.urandom(12)
     plain = msgspec.json.encode(_Sealed(token, expires))
-    sealed = AESGCM(_key(rt, b"session")).encrypt(nonce, plain, COOKIE.encode())
+    sealed = AESGCM(_key(secret_key, b"session")).encrypt(nonce, plain, COOKIE.encode())
     return base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")
 
 
-def opened(rt: Runtime, cookie: str) -> str:
+def opened(secret_key: bytes, cookie: str) -> str:
     """The token a cookie holds; "" for one that is altered, foreign or expired."""
     try:
         raw = base64.urlsafe_b64decode(cookie + "=" * (-len(cookie) % 4))
-        plain = AESGCM(_key(rt, b"session")).decrypt(raw[:12], raw[12:], COOKIE.encode())
+        plain = AESGCM(_key(secret_key, b"session")).decrypt(raw[:12], raw[12:], COOKIE.encode())
         sealed = msgspec.json.decode(plain, type=_Sealed)
     except (ValueError, InvalidTag, msgspec.DecodeError):
         return ""
     return sealed.token if sealed.expires > time.time() else ""
 
 
-def csrf_token(rt: Runtime, bound_to: str) -> str:
+def csrf_token(secret_key: bytes, bound_to: str) -> str:
     """The token a form must send back; bound to the session (or the proxy's caller)."""
-    return hmac.new(_key(rt, b"csrf"), bound_to.encode(), hashlib.sha256).hexdigest()
+    return hmac.new(_key(secret_key, b"csrf"), bound_to.encode(), hashlib.sha256).hexdigest()
 
 
-def check_csrf(rt: Runtime, bound_to: str, sent: str) -> None:
-    if not sent or not hmac.compare_digest(sent, csrf_token(rt, bound_to)):
+def check_csrf(secret_key: bytes, bound_to: str, sent: str) -> None:
+    if not sent or not hmac.compare_digest(sent, csrf_token(secret_key, bound_to)):
         raise Forbidden("this form is stale or was not sent by berth's own page; reload and retry")
 
 
