@@ -181,6 +181,11 @@ class TestWrites:
         assert ui.api("GET", f"/api/v1/jobs/{job}").json()["state"] == "queued"
 
     def test_an_operator_disables_and_enables_a_worker(self, ui):
+        wait_for(
+            lambda: any(w["attached"] for w in ui.api("GET", "/api/v1/workers").json()),
+            30,
+            "the built-in worker",
+        )
         c = sign_in(ui, ui.token)
         page = c.get("/ui/workers").text
         name = re.search(r'data-worker="([^"]+)"', page).group(1)
