@@ -7,6 +7,7 @@ from service.api import errors, guards, observe
 from service.api.channel import socket as worker_socket
 from service.api.channel.hub import Hub
 from service.api.routes import (
+    approvals,
     audit,
     cas,
     fleet,
@@ -47,6 +48,11 @@ ROUTES = [
     secrets.list_secrets,
     secrets.remove_secret,
     audit.list_audit,
+    approvals.ask,
+    approvals.list_approvals,
+    approvals.show,
+    approvals.approve,
+    approvals.deny,
     metrics.metrics,
     *ui_routes.HANDLERS,
     *ui_actions.HANDLERS,
