@@ -200,3 +200,62 @@ class TestWrites:
             assert next(w for w in workers if w["name"] == name)["state"] == shown
         actions = {(e["action"], e["target"]) for e in ui.api("GET", "/api/v1/audit").json()}
         assert {("worker.disabled", name), ("worker.enabled", name)} <= actions
+
+
+ASKS = (
+    "from berth_runtime import request_approval\n"
+    "approved = request_approval('deploy v2', 'to prod')\n"
+    "print('approved:', approved, flush=True)\n"
+    "raise SystemExit(0 if approved else 3)\n"
+)
+
+
+class TestApprovals:
+    def test_a_member_approves_and_the_creator_may_not(self, ui, tmp_path):
+        """Four-eyes through the UI: the admin who submitted sees the request but no buttons and
+        is refused if it posts anyway; another member of the tenant approves; the job goes on."""
+        script = tmp_path / "asks.py"
+        script.write_text(ASKS)
+        r = ui.cli("job", "submit", "--python", str(script))
+        assert r.code == 0, r.err
+        job = int(r.out.split()[0])
+
+        def asked() -> dict | None:
+            found = ui.api("GET", "/api/v1/approvals", params={"job": job}).json()
+            return found[0] if found else None
+
+        request = wait_for(asked, 60, "the job to ask")
+        admin = sign_in(ui, ui.token)
+        page = admin.get("/ui/approvals").text
+        assert f'data-approval="{request["id"]}"' in page and "deploy v2" in page
+        assert 'data-answer="approve"' not in page and "four-eyes" in page
+        token = csrf_of(admin.get(f"/ui/jobs/{job}").text)
+        own = admin.post(
+            f"/ui/approvals/{request['id']}/approve",
+            data={"csrf": token},
+            headers={"origin": ui.url},
+        )
+        assert own.status_code == 403 and "four-eyes" in own.text
+
+        member = ui.cli("token", "create", "m2", "--kind", "service", "--tenant", "default")
+        c = sign_in(ui, member.out.strip())
+        page = c.get("/ui/approvals").text
+        assert 'data-answer="approve"' in page
+        answered = c.post(
+            f"/ui/approvals/{request['id']}/approve",
+            data={"csrf": csrf_of(page), "reason": "checked"},
+            headers={"origin": ui.url},
+        )
+        assert answered.status_code == 303, answered.text
+        shown = ui.api("GET", f"/api/v1/approvals/{request['id']}").json()
+        assert (shown["state"], shown["answered_by"], shown["reason"]) == (
+            "approved",
+            "service:m2",
+            "checked",
+        )
+        wait_for(
+            lambda: ui.api("GET", f"/api/v1/jobs/{job}").json()["state"] == "succeeded",
+            60,
+            "the approved job to finish",
+        )
+        assert "No request waits" in c.get("/ui/approvals").text

@@ -180,6 +180,9 @@ class TestThroughTheProxy:
         wait_for(lambda: b.text("#verify-result").strip() != "", 30, "the audit verdict")
         assert "Intact" in b.text("#verify-result"), b.text("#verify-result")
         b.shoot("admin-audit")
+        b.get(front.url + "/ui/approvals")
+        assert "No request waits" in b.text("#empty")
+        b.shoot("admin-approvals")
 
         sign_in_as(b, front, BOB)
         b.get(front.url + "/ui/jobs")
@@ -201,11 +204,14 @@ class TestThroughTheProxy:
         b.get(front.url + "/ui/pools")
         assert b.has("#pool-gpu")
         b.shoot("member-pools")
+        b.get(front.url + "/ui/approvals")
+        assert "No request waits" in b.text("#empty")
+        b.shoot("member-approvals")
         b.get(front.url + "/ui/audit")
         assert "403" in b.text("h1")  # the audit log is the admins'
         b.shoot("member-audit")
         assert not b.has("a[href='/ui/audit']")
-        for page in ("jobs", "job", "workers", "pools", "audit"):
+        for page in ("jobs", "job", "workers", "pools", "audit", "approvals"):
             for who in ("admin", "member"):
                 for size in SIZES:
                     assert (b.shots / f"{who}-{page}-{size}.png").stat().st_size > 0

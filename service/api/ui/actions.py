@@ -16,8 +16,8 @@ from service.api.ui import session
 from service.api.ui.render import ERRORS, AnyRequest, bound_to, proxy_mode
 from service.api.ui.routes import UI, _id
 from service.auth.permissions import Perm
-from service.core.errors import Unauthenticated
-from service.domain import fleet, jobs, tokens
+from service.core.errors import Invalid, Unauthenticated
+from service.domain import approvals, fleet, jobs, tokens
 
 Form = Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)]
 
@@ -136,4 +136,30 @@ async def set_worker_state(
     return Redirect("/ui/workers", status_code=303)
 
 
-HANDLERS = [login_form, login, logout, cancel, set_worker_state]
+@post(
+    "/ui/approvals/{approval_id:int}/{verdict:str}",
+    opt={**UI, "perm": Perm.JOBS_WRITE},
+    exception_handlers=ERRORS,
+    include_in_schema=False,
+)
+async def answer_approval(
+    request: AnyRequest, approval_id: FromPath[int], verdict: FromPath[str], data: Form
+) -> Redirect:
+    """Approve or deny as `approval approve|deny` do (the same four-eyes rule); back to the list."""
+    await _checked(request, data)
+    if verdict not in {"approve", "deny"}:
+        raise Invalid(f"unknown answer {verdict!r}; approve or deny")
+    rt = runtime_of(request)
+    caller = await identify(request)
+    await approvals.answer(
+        rt.db,
+        caller,
+        _id(approval_id),
+        approve=verdict == "approve",
+        reason=data.get("reason", "").strip(),
+        request_id=request_id(request),
+    )
+    return Redirect("/ui/approvals", status_code=303)
+
+
+HANDLERS = [login_form, login, logout, cancel, set_worker_state, answer_approval]

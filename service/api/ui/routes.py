@@ -16,7 +16,7 @@ from service.api.ui.render import ERRORS, STATIC, AnyRequest, page
 from service.auth.permissions import Perm
 from service.core.errors import NotFound, Unavailable
 from service.core.states import JobState
-from service.domain import artifacts, audit, fleet, jobs
+from service.domain import approvals, artifacts, audit, fleet, jobs
 
 UI = {"ui": True}
 OUTPUT_SHOWN = 64 * 1024  # bytes of output a job page starts with (the newest)
@@ -242,6 +242,34 @@ async def audit_verify(request: AnyRequest) -> Template:
     return await page(request, "verify.html", result=result)
 
 
+@get(
+    "/ui/approvals",
+    opt={**UI, "perm": Perm.JOBS_READ},
+    exception_handlers=ERRORS,
+    include_in_schema=False,
+)
+async def approval_list(
+    request: AnyRequest,
+    approval_state: Annotated[str | None, QueryParameter(name="state")] = "pending",
+    job: FromQuery[int | None] = None,
+) -> Template:
+    """Approval requests of the caller's tenants' jobs (pending first); approve or deny."""
+    rt = runtime_of(request)
+    caller = await identify(request)
+    state = _blank(approval_state)
+    found = await approvals.list_visible(
+        rt.db, caller, state=state, job=_id(job) if job is not None else None, limit=200
+    )
+    return await page(
+        request,
+        "approvals.html",
+        approvals=found,
+        state=state or "",
+        states=[s.value for s in approvals.State],
+        job=job,
+    )
+
+
 ASSETS = {
     "htmx.min.js": "text/javascript",
     "berth.css": "text/css",
@@ -275,5 +303,6 @@ HANDLERS = [
     pools,
     audit_page,
     audit_verify,
+    approval_list,
     static,
 ]
