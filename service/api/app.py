@@ -3,7 +3,7 @@
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
 
-from service.api import errors, guards
+from service.api import errors, guards, observe
 from service.api.channel import socket as worker_socket
 from service.api.channel.hub import Hub
 from service.api.routes import (
@@ -15,10 +15,14 @@ from service.api.routes import (
     jobs,
     joining,
     limits,
+    metrics,
     secrets,
     tokens,
 )
 from service.api.runtime import Runtime
+from service.api.ui import actions as ui_actions
+from service.api.ui import render as ui_render
+from service.api.ui import routes as ui_routes
 
 ROUTES = [
     health.healthz,
@@ -49,6 +53,9 @@ ROUTES = [
     approvals.show,
     approvals.approve,
     approvals.deny,
+    metrics.metrics,
+    *ui_routes.HANDLERS,
+    *ui_actions.HANDLERS,
     *cas.HANDLERS,
     worker_socket.attach,
 ]
@@ -57,9 +64,14 @@ ROUTES = [
 def create_app(rt: Runtime) -> Litestar:
     if rt.hub is None:
         rt.hub = Hub(rt)
+    hub = rt.hub
+    rt.metrics.watch(sessions=lambda: len(hub.sessions.ids()))
+    rt.metrics.count_statements(rt.db.engine)
     app = Litestar(
         route_handlers=ROUTES,
         guards=[guards.require_perm],
+        middleware=[observe.count_requests(rt.metrics)],
+        template_config=ui_render.TEMPLATES,
         exception_handlers=errors.HANDLERS,  # type: ignore[arg-type]
         openapi_config=OpenAPIConfig(title="berth", version=rt.version, path="/schema"),
         state={"runtime": rt},  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from service.db.embedded import Embedded
 from service.db.engine import Database
 from service.domain.artifacts.server_store import ServerStore
 from service.domain.limits import InForce
+from service.metrics import Metrics
 from service.protocol import CasAccess
 
 if TYPE_CHECKING:  # these import this module
@@ -37,6 +38,7 @@ class Runtime:
     # token sha256 -> (caller, monotonic expiry): saves a transaction per request. Revocation
     # drops entries on every server at once (NOTIFY); the TTL bounds what a lost NOTIFY costs.
     callers: dict[bytes, tuple[Caller, float]] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)  # this process's own registry
 
     def forget_caller(self, name: str) -> None:
         for digest, (caller, _) in list(self.callers.items()):

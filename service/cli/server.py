@@ -132,6 +132,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         loop.add_signal_handler(sig, stop.set)
     logger.info("serving", listen=f"{host}:{port}", server_id=rt.server_id, pid=os.getpid())
     scheme = "https" if certfile else "http"
+    rt.metrics.watch(leader=(leader := Leader(url)).holds)
     provision = Provision(
         db,
         cfg,
@@ -173,7 +174,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         )
         tg.create_task(
             run_when_leader(
-                Leader(url),
+                leader,
                 [
                     ExpireSilent(db, cfg.executor),
                     SettleApprovals(db, interval=cfg.executor.loop_seconds),

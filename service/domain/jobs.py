@@ -273,8 +273,17 @@ async def waiting_for(
 
 
 async def list_visible(
-    db: Database, caller: Caller, *, state: str | None, tenant: str | None, limit: int
+    db: Database,
+    caller: Caller,
+    *,
+    state: str | None,
+    tenant: str | None,
+    limit: int,
+    pool: str | None = None,
+    worker: str | None = None,
+    creator: str | None = None,
 ) -> list[JobRecord]:
+    """The caller's jobs, newest first, filtered by any of state, tenant, pool, worker, creator."""
     if state is not None and state not in {str(s) for s in JobState}:
         raise Invalid(f"unknown state {state!r}; one of {', '.join(s.value for s in JobState)}")
     if not 1 <= limit <= 10000:
@@ -283,7 +292,14 @@ async def list_visible(
         check_name(tenant, "tenant")
     async with db.begin() as conn:
         return await jobs_q.list_visible(
-            conn, tenants=caller.tenant_filter(), state=state, tenant=tenant, limit=limit
+            conn,
+            tenants=caller.tenant_filter(),
+            state=state,
+            tenant=tenant,
+            limit=limit,
+            pool=pool,
+            worker=worker,
+            creator=creator,
         )
 
 
@@ -320,3 +336,11 @@ async def output(
     if job is None:
         raise NotFound(f"no job {job_id}")
     return job, await output_d.read(db, store, job_id, after=after)
+
+
+async def attempts(db: Database, caller: Caller, job_id: int) -> list[dict[str, Any]]:
+    """The job's leases, oldest first (a forgotten worker's go with its row)."""
+    async with db.begin() as conn:
+        if await jobs_q.get(conn, job_id, tenants=caller.tenant_filter()) is None:
+            raise NotFound(f"no job {job_id}")
+        return await leases_q.of_job(conn, job_id)

@@ -7,6 +7,7 @@ event). One frame per worker per pass, however many leases it got.
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime
 
 import structlog
 
@@ -88,7 +89,12 @@ class Dispatcher:
                 self.poke()
 
     async def _send_leases(self, worker_id: str, jobs: list[JobRecord]) -> None:
-        leases = [lease for job in jobs if (lease := await self._lease(job)) is not None]
+        leases = []
+        now = datetime.now(UTC)
+        for job in jobs:
+            if (lease := await self._lease(job)) is not None:
+                leases.append(lease)
+                self.rt.metrics.started(job.pool, job.kind, (now - job.created_at).total_seconds())
         session = self.sessions.get(worker_id)
         if not leases:
             return

@@ -177,12 +177,20 @@ async def list_visible(
     state: str | None,
     tenant: str | None,
     limit: int,
+    pool: str | None = None,
+    worker: str | None = None,
+    creator: str | None = None,
 ) -> list[JobRecord]:
     q = select(*COLS).where(_visible(tenants)).order_by(jobs.c.id.desc()).limit(limit)
-    if state:
-        q = q.where(jobs.c.state == state)
-    if tenant:
-        q = q.where(jobs.c.tenant == tenant)
+    for column, wanted in (
+        (jobs.c.state, state),
+        (jobs.c.tenant, tenant),
+        (jobs.c.pool, pool),
+        (jobs.c.worker, worker),
+        (jobs.c.created_by, creator),
+    ):
+        if wanted:
+            q = q.where(column == wanted)
     return [JobRecord.of(r) for r in await conn.execute(q)]
 
 

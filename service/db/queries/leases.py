@@ -225,3 +225,16 @@ async def live_among(
         },
     )
     return {(r[0], r[1]) for r in rows}
+
+
+async def of_job(conn: AsyncConnection, job_id: int) -> list[dict[str, Any]]:
+    """A job's attempts, oldest first: epoch, worker name, lease state, granted and ended."""
+    rows = await conn.execute(
+        text(
+            "SELECT l.epoch, w.name AS worker, l.state, l.granted_at, l.ended_at "
+            "FROM leases l JOIN workers w ON w.id = l.worker_id "
+            "WHERE l.job_id = :j ORDER BY l.epoch"
+        ),
+        {"j": job_id},
+    )
+    return [dict(r._mapping) for r in rows]
