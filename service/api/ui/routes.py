@@ -16,7 +16,8 @@ from service.api.ui.render import ERRORS, STATIC, AnyRequest, page
 from service.auth.permissions import Perm
 from service.core.errors import NotFound, Unavailable
 from service.core.states import JobState
-from service.domain import approvals, artifacts, audit, fleet, jobs
+from service.domain import approvals, audit, fleet, jobs
+from service.domain.artifacts import access
 
 UI = {"ui": True}
 OUTPUT_SHOWN = 64 * 1024  # bytes of output a job page starts with (the newest)
@@ -158,7 +159,7 @@ async def job_file(
         raise NotFound(f"job {job.id} has no file {sha256}")
     if rt.cas is None:
         raise Unavailable("this server offers no artifact store")
-    size = await artifacts.stat(rt.db, rt.cas, caller, sha256=sha256, tenant=job.tenant)
+    size = await access.stat(rt.db, rt.cas, caller, sha256=sha256, tenant=job.tenant)
     answer = await cas_wire.send(rt.cas, sha256, size, None)
     filename = names[sha256].rsplit("/", 1)[-1].replace('"', "_") or sha256
     answer.headers["content-disposition"] = f'attachment; filename="{filename}"'
