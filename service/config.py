@@ -155,6 +155,9 @@ class Pool(Section, frozen=True):
     min_memory_gb: float = 0.0
     min_disk_gb: float = 0.0
     provisioner: Provisioner | None = None
+    # Who may `berth job exec` into this pool's running jobs: "operator" (operators and admins
+    # of the job's tenant), "member" (its members too) or "off" (nobody, admins included).
+    exec: Literal["operator", "member", "off"] = "operator"
 
 
 class Cas(Section, frozen=True):

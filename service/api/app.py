@@ -6,7 +6,18 @@ from litestar.openapi import OpenAPIConfig
 from service.api import errors, guards
 from service.api.channel import socket as worker_socket
 from service.api.channel.hub import Hub
-from service.api.routes import audit, cas, fleet, health, jobs, joining, limits, secrets, tokens
+from service.api.routes import (
+    audit,
+    cas,
+    execs,
+    fleet,
+    health,
+    jobs,
+    joining,
+    limits,
+    secrets,
+    tokens,
+)
 from service.api.runtime import Runtime
 
 ROUTES = [
@@ -17,6 +28,7 @@ ROUTES = [
     jobs.show,
     jobs.cancel,
     jobs.logs,
+    execs.exec_session,
     fleet.list_workers,
     fleet.set_worker_state,
     fleet.remove_worker,

@@ -81,6 +81,7 @@ async def attach(socket: WebSocket[Any, Any, Any]) -> None:
         await session.close(4001, str(exc))
     finally:
         rotation.cancel()
+        hub.execs.worker_gone(session)
         await session.stop()
         if hub.remove(session):
             with contextlib.suppress(Exception):
@@ -179,6 +180,8 @@ async def _serve(session: Session, hub: Hub) -> None:
                 hub.reports.add(session, report)
             case protocol.RelayRequest() as ask:
                 hub.relay(session, ask)
+            case protocol.ExecOutput() | protocol.ExecExit() | protocol.ExecAck() as answer:
+                hub.execs.deliver(session, answer)
             case protocol.Bye() as bye:
                 hub.bye(session, bye)
             case protocol.CredentialStored():
