@@ -51,11 +51,18 @@ def add(jsub: Any) -> None:  # noqa: ANN401  (argparse's subparsers)
 
 def exec_command(args: argparse.Namespace) -> int:
     command = list(args.command)
+    tty_mode = bool(args.tty)
+    # argparse hands over everything after ID, options written there included: take them
+    # up to `--`, where the command begins.
+    while command and command[0] in ("--tty", "-t"):
+        tty_mode, command = True, command[1:]
     if command[:1] == ["--"]:
         command = command[1:]
+    elif command[:1] and command[0].startswith("-"):
+        raise CliError(f"unknown option {command[0]}: berth job exec ID [--tty] -- COMMAND...")
     if not command:
         raise CliError("say what to run: berth job exec ID [--tty] -- COMMAND...")
-    return _session(args.server, args.id, command, tty_mode=args.tty)
+    return _session(args.server, args.id, command, tty_mode=tty_mode)
 
 
 def shell(args: argparse.Namespace) -> int:
@@ -92,7 +99,7 @@ async def _run(url: str, token: str, command: list[str], *, tty_mode: bool) -> i
         if first.get("type") == "error":
             raise CliError(str(first.get("error")), for_status(int(first.get("status", 400))))
         if tty_mode:
-            tty.setraw(0)
+            tty.setraw(0, termios.TCSANOW)  # not TCSAFLUSH: keys typed ahead go along
         sending = asyncio.create_task(_stdin(ws, tty_mode=tty_mode))
         try:
             return await _output(ws)

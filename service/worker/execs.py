@@ -228,8 +228,7 @@ class Execs:
     async def _pump_pty(self, ex: Exec, redactor: Redactor) -> None:
         rest = b""
         while chunk := await _read_fd(ex.master):
-            # A terminal session is interactive: what a secret's prefix held back would show
-            # late, so hold only while a secret could still be completed (the redactor's rule).
+            # Only a tail that begins a secret is held (redaction.py): a prompt shows at once.
             data = rest + redactor.feed(chunk)
             cut = utf8_boundary(data)
             data, rest = data[:cut], data[cut:]
