@@ -1,11 +1,15 @@
 """`berth job exec` / `berth job shell` with real processes: a server, a root worker with
 per-job uids and namespaces, the CLI (on a PTY, driven by pexpect, where a terminal is needed)."""
 
+import asyncio
+import json
 import sys
 import textwrap
 
+import httpx
 import pexpect
 import pytest
+from websockets.asyncio.client import connect
 
 from service.core.exits import Exit
 from tests.e2e.test_trust import attached, finished, submit
@@ -151,6 +155,15 @@ class TestExec:
         assert ended(child) == 130
         assert s.api("GET", f"/api/v1/jobs/{job}").json()["state"] == "running"
 
+    def test_exec_ends_with_the_lease(self, member_pool):
+        """Cancelling the job ends its exec sessions, saying why."""
+        s, job = member_pool
+        child = spawn(s, "job", "exec", str(job), "--", "sh", "-c", "echo started; exec sleep 600")
+        child.expect("started")
+        assert s.api("POST", f"/api/v1/jobs/{job}/cancel").status_code == 200
+        child.expect("the job's lease ended")
+        assert ended(child) == 128 + 9  # killed
+
     def test_shell(self, member_pool):
         """`job shell` gives a shell on a terminal, in the job's folder, with its environment."""
         s, job = member_pool
@@ -179,3 +192,80 @@ class TestPolicy:
         operator = token(s, "a-operator", "operator", ["default"])
         r = s.cli("job", "exec", str(job), "--", "cat", "mine.txt", token=operator)
         assert (r.code, r.out) == (0, "hello-from-the-job\n"), r.err
+
+
+SESSIONS = 200
+
+
+async def one_session(url: str, token: str, all_open: "asyncio.Event", opened: list[int]) -> tuple:
+    """One exec: wait until every session shows the job's file, then end stdin; its exit."""
+    async with connect(url, additional_headers={"Authorization": f"Bearer {token}"},
+                       open_timeout=120, compression=None) as ws:  # fmt: skip
+        await ws.send(json.dumps({"command": ["sh", "-c", "cat mine.txt; cat >/dev/null"]}))
+        assert json.loads(await ws.recv())["type"] == "started"
+        out = b""
+        while b"hello-from-the-job\n" not in out:
+            message = await ws.recv()
+            assert isinstance(message, bytes), message
+            out += message[1:]
+        opened.append(1)
+        if len(opened) == SESSIONS:
+            all_open.set()
+        await all_open.wait()
+        await ws.send(json.dumps({"eof": True}))
+        async for message in ws:
+            if isinstance(message, str) and json.loads(message)["type"] == "exit":
+                return out, json.loads(message)["exit_code"]
+    return out, None
+
+
+async def many_sessions(s, job: int) -> tuple[list, list[str]]:
+    """SESSIONS execs at once from one client, every worker's state watched all along."""
+    url = s.url.replace("http", "ws", 1) + f"/api/v1/jobs/{job}/exec"
+    all_open, opened, seen = asyncio.Event(), [], []
+
+    async def watch() -> None:
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {s.token}"}) as http:
+            while True:
+                workers = (await http.get(f"{s.url}/api/v1/workers", timeout=30)).json()
+                seen.extend(
+                    f"{w['name']}: {w['state']}, attached={w['attached']}"
+                    for w in workers
+                    if w["state"] in ("unreachable", "lost") or not w["attached"]
+                )
+                await asyncio.sleep(0.2)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        results = await asyncio.gather(
+            *(one_session(url, s.token, all_open, opened) for _ in range(SESSIONS))
+        )
+    finally:
+        watcher.cancel()
+    return results, seen
+
+
+@pytest.mark.slow
+class TestManySessions:
+    def test_200_sessions_leave_every_worker_reachable(self, server_factory, worker_factory):
+        """200 exec sessions at once, from one async client, through one server: every one
+        runs and exits 0, and no worker (the job's or the idle one) goes unreachable with
+        heartbeat_seconds = 0.5 and unreachable_seconds = 2.5."""
+        s = server_factory(
+            {
+                "executor": {"heartbeat_seconds": 0.5, "unreachable_seconds": 2.5},
+                "pools": {"gpu": {"slots": {"default": 1}, "exec": "member"}},
+            },
+            builtin_worker=False,
+        )
+        for name, uid in (("gpu1", UID), ("gpu2", UID + 2)):
+            worker_factory(
+                s, s.worker_token(name), "gpu", "--uid-range", f"{uid}-{uid + 1}", name=name
+            )
+            wait_for(lambda n=name: attached(s, n), 30, f"{name} attached")
+        job = submit(s, {"command": ["sh", "-c", JOB], "pool": "gpu"})
+        wait_for(lambda: running(s, job), 60, f"job {job} running")
+        results, seen = asyncio.run(many_sessions(s, job))
+        assert seen == []
+        assert [code for _, code in results] == [0] * SESSIONS
+        assert s.api("GET", f"/api/v1/jobs/{job}").json()["state"] == "running"
