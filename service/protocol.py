@@ -20,8 +20,9 @@ Server -> worker: welcome, refused, ack, received, lease(s), cancel, stale, cred
 Exec sessions (`berth job exec`, docs/api.md): the server asks with exec_start, then sends
 exec_input (stdin, end of input, resize, a signal); the worker answers exec_output and, once,
 exec_exit. Neither is a report: an exec belongs to the connection it came over and ends with
-it. Each side lets at most EXEC_WINDOW frames of one exec travel unacknowledged (exec_ack, both
-ways), so a fast command or a fast typist never fills the worker's socket queue.
+it. Each side lets at most EXEC_WINDOW frames of one exec travel unacknowledged (exec_taken for
+input, exec_delivered for output), so a fast command or a fast typist never fills the worker's
+socket queue.
 """
 
 from typing import Annotated, Literal
@@ -202,8 +203,8 @@ class ExecExit(Frame, tag="exec_exit.v2", frozen=True, forbid_unknown_fields=Tru
     error: Text = ""
 
 
-class ExecAck(Frame, tag="exec_ack.v2", frozen=True, forbid_unknown_fields=True):
-    """One exec frame was delivered (output to the client, input to the command): send more."""
+class ExecTaken(Frame, tag="exec_taken.v2", frozen=True, forbid_unknown_fields=True):
+    """One exec_input was applied (written to the command, or acted on): send more."""
 
     exec: ExecId
 
@@ -337,6 +338,12 @@ class ExecInput(Frame, tag="exec_input.v2", frozen=True):
     signal: str = ""  # INT, TERM, HUP, QUIT or KILL: to the command's process group
 
 
+class ExecDelivered(Frame, tag="exec_delivered.v2", frozen=True):
+    """One exec_output reached the client: send more."""
+
+    exec: int
+
+
 class Stale(Frame, tag="stale.v2", frozen=True):
     """A report under this (job, epoch) was refused: the lease moved on, kill the copy."""
 
@@ -363,7 +370,7 @@ ToServer = (
     | Bye
     | ExecOutput
     | ExecExit
-    | ExecAck
+    | ExecTaken
 )
 ToWorker = (
     Welcome
@@ -379,7 +386,7 @@ ToWorker = (
     | Exit
     | ExecStart
     | ExecInput
-    | ExecAck
+    | ExecDelivered
 )
 
 encode = msgspec.json.Encoder().encode

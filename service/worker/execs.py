@@ -98,7 +98,7 @@ class Execs:
         if ex is not None:
             ex.inputs.put_nowait(frame)  # bounded by the server's window (EXEC_WINDOW)
 
-    def acked(self, frame: protocol.ExecAck) -> None:
+    def delivered(self, frame: protocol.ExecDelivered) -> None:
         ex = self._by_id.get(frame.exec)
         if ex is not None:
             with contextlib.suppress(ValueError):  # more acks than frames sent: nothing owed
@@ -179,6 +179,8 @@ class Execs:
                 os.close(slave)
             if enter is not None:
                 enter.close()
+        if ex.ended:  # the job ended while this one started: it must not outlive it
+            _kill_group(ex, signal.SIGKILL)
         log.info("exec %s: job %s, %s", ex.id, frame.job, argv[0])
         redact = list(run.lease.secrets.values())
         pumps = (
@@ -243,7 +245,7 @@ class Execs:
                 await self._apply(ex, frame)
             except (OSError, ConnectionError) as exc:  # the command closed its stdin: fine
                 log.debug("exec %s input: %s", ex.id, exc)
-            await ex.send(protocol.ExecAck(exec=ex.id))
+            await ex.send(protocol.ExecTaken(exec=ex.id))
 
     async def _apply(self, ex: Exec, frame: protocol.ExecInput) -> None:
         proc = ex.proc

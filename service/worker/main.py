@@ -367,8 +367,8 @@ class Worker:
                 self.execs.start(frame, run, send)
             case protocol.ExecInput():
                 self.execs.input(frame)
-            case protocol.ExecAck():
-                self.execs.acked(frame)
+            case protocol.ExecDelivered():
+                self.execs.delivered(frame)
             case protocol.Refused():
                 raise Refused(frame.reason)
 

@@ -17,8 +17,12 @@ from service.api.channel.session import Session
 
 log = structlog.get_logger(__name__)
 
-FromWorker = protocol.ExecOutput | protocol.ExecExit | protocol.ExecAck
+FromWorker = protocol.ExecOutput | protocol.ExecExit | protocol.ExecTaken
 QUEUE_BOUND = 2 * protocol.EXEC_WINDOW + 2  # output + acks in flight, and the exit
+# Exec sessions doing database work (admission, audit) at once: a burst of sessions must leave
+# the pool's connections to heartbeats and reports, or every worker of this server would miss
+# its acks and go unreachable.
+DB_AT_ONCE = 4
 
 
 @dataclass(eq=False)
@@ -41,6 +45,7 @@ class ExecRelays:
     def __init__(self) -> None:
         self._by_id: dict[int, Relayed] = {}
         self._ids = itertools.count(1)
+        self.db_turns = asyncio.Semaphore(DB_AT_ONCE)
 
     def __len__(self) -> int:
         return len(self._by_id)

@@ -180,7 +180,7 @@ async def _serve(session: Session, hub: Hub) -> None:
                 hub.reports.add(session, report)
             case protocol.RelayRequest() as ask:
                 hub.relay(session, ask)
-            case protocol.ExecOutput() | protocol.ExecExit() | protocol.ExecAck() as answer:
+            case protocol.ExecOutput() | protocol.ExecExit() | protocol.ExecTaken() as answer:
                 hub.execs.deliver(session, answer)
             case protocol.Bye() as bye:
                 hub.bye(session, bye)

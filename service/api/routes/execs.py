@@ -78,17 +78,19 @@ async def exec_session(socket: WebSocket[Any, Any, Any], job_id: FromPath[int]) 
     except (TimeoutError, WebSocketDisconnect):
         return
     exit_code, error = await _relay(socket, target, ask, relayed)
-    rt.the_hub().execs.close(relayed)
+    hub = rt.the_hub()
+    hub.execs.close(relayed)
     log.info("exec_ended", job=job_id, exec=relayed.id, exit_code=exit_code, error=error)
-    await execs.ended(
-        rt.db,
-        caller,
-        target,
-        session=relayed.id,
-        exit_code=exit_code,
-        error=error,
-        request_id=request_id(socket),
-    )
+    async with hub.execs.db_turns:
+        await execs.ended(
+            rt.db,
+            caller,
+            target,
+            session=relayed.id,
+            exit_code=exit_code,
+            error=error,
+            request_id=request_id(socket),
+        )
     with contextlib.suppress(Exception):
         await socket.close()
 
@@ -106,24 +108,29 @@ async def _open(
         ask = msgspec.json.decode(raw, type=Ask)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise Invalid(f"bad exec request: {exc}") from None
-    target = await execs.admit(rt.db, caller, job_id, _policy(rt))
     hub = rt.the_hub()
-    session = hub.sessions.get(target.worker_id)
-    if session is None or session.closed:
-        raise Unavailable(
-            f"job {job_id}'s worker is not attached to this server right now (it may be "
-            "reconnecting, or attached to another server of this installation); try again"
-        )
-    relayed = hub.execs.open(session)
-    await execs.opened(
-        rt.db,
-        caller,
-        target,
-        ask.command,
-        tty=ask.tty,
-        session=relayed.id,
-        request_id=request_id(socket),
-    )
+    async with hub.execs.db_turns:
+        target = await execs.admit(rt.db, caller, job_id, _policy(rt))
+        session = hub.sessions.get(target.worker_id)
+        if session is None or session.closed:
+            raise Unavailable(
+                f"job {job_id}'s worker is not attached to this server right now (it may be "
+                "reconnecting, or attached to another server of this installation); try again"
+            )
+        relayed = hub.execs.open(session)
+        try:
+            await execs.opened(
+                rt.db,
+                caller,
+                target,
+                ask.command,
+                tty=ask.tty,
+                session=relayed.id,
+                request_id=request_id(socket),
+            )
+        except BaseException:
+            hub.execs.close(relayed)
+            raise
     log.info("exec_opened", job=job_id, exec=relayed.id, worker=session.worker.name)
     return caller, target, ask, relayed
 
@@ -178,8 +185,8 @@ async def _to_client(socket: WebSocket[Any, Any, Any], relayed: Relayed) -> tupl
                         await socket.send_bytes(bytes([prefix]) + frame.data)
                     except Exception:  # the client is gone: keep draining to learn the exit
                         client_here = False
-                relayed.session.send(protocol.ExecAck(exec=relayed.id))
-            case protocol.ExecAck():
+                relayed.session.send(protocol.ExecDelivered(exec=relayed.id))
+            case protocol.ExecTaken():
                 with contextlib.suppress(ValueError):
                     relayed.credit.release()
             case protocol.ExecExit():
