@@ -78,7 +78,10 @@ def _session(server: str | None, job_id: int, command: list[str], *, tty_mode: b
     saved = termios.tcgetattr(0) if tty_mode else None
     try:
         return asyncio.run(_run(url, token, command, tty_mode=tty_mode))
-    except (OSError, InvalidURI, InvalidStatus) as exc:
+    except InvalidStatus as exc:  # refused before berth answered (a proxy, a bad path)
+        status = exc.response.status_code
+        raise CliError(f"{_said(exc.response.body) or exc}", for_status(status)) from None
+    except (OSError, InvalidURI) as exc:
         raise CliError(f"cannot reach the server at {base}: {exc}", Exit.UNREACHABLE) from None
     finally:
         if saved is not None:
@@ -94,8 +97,12 @@ async def _run(url: str, token: str, command: list[str], *, tty_mode: bool) -> i
         compression=None,
     ) as ws:
         rows, cols = _size() if tty_mode else (0, 0)
-        await ws.send(json.dumps({"command": command, "tty": tty_mode, "rows": rows, "cols": cols}))
-        first = json.loads(await ws.recv())
+        ask = {"command": command, "tty": tty_mode, "rows": rows, "cols": cols}
+        try:
+            await ws.send(json.dumps(ask))
+            first = json.loads(await ws.recv())
+        except ConnectionClosed as exc:  # refused before our ask was read: the close says why
+            raise _refusal(exc) from None
         if first.get("type") == "error":
             raise CliError(str(first.get("error")), for_status(int(first.get("status", 400))))
         if tty_mode:
@@ -163,6 +170,21 @@ async def _stdin(ws: ClientConnection, *, tty_mode: bool) -> None:
     finally:
         with contextlib.suppress(Exception):
             loop.remove_signal_handler(signal.SIGWINCH if tty_mode else signal.SIGINT)
+
+
+def _refusal(exc: ConnectionClosed) -> CliError:
+    """The server's refusal, from its close frame (code 4000 + the HTTP status it stands for)."""
+    code, reason = (exc.rcvd.code, exc.rcvd.reason) if exc.rcvd is not None else (0, "")
+    if code >= 4000 and reason:
+        return CliError(reason, for_status(code - 4000))
+    return CliError(f"the server closed the exec session: {exc}", Exit.UNREACHABLE)
+
+
+def _said(body: bytes | bytearray | None) -> str:
+    """The `error` of a JSON error body, or ""."""
+    with contextlib.suppress(ValueError, AttributeError):
+        return str(json.loads(body or b"{}").get("error") or "")
+    return ""
 
 
 def _size() -> tuple[int, int]:

@@ -148,7 +148,10 @@ class Execs:
         assert run.user is not None
         env = run.env()
         argv = list(frame.command) or shell_of(env)
-        enter = _enter_job(run)
+        try:
+            enter = _enter_job(run)
+        except OSError:  # its namespaces went with its last process: it just ended
+            return None, NOT_RUNNING.format(job=frame.job, epoch=frame.epoch)
         steps = [s for s in (enter, _cgroup_step(run)) if s is not None]
         if run.user.uid != os.geteuid():
             steps.append(jobusers.become(run.user.uid, run.user.gid))

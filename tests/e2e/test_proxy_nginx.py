@@ -18,6 +18,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from service import protocol
+from service.core.exits import Exit
 from tests.procs import Server, wait_for
 from tests.proxy.authstub import SERVICE_SECRET, WORKER_SECRET
 from tests.proxy.harness import ProxyFront
@@ -281,3 +282,10 @@ class TestExec:
             said = json.loads(ws.recv(timeout=15))
         assert (said["type"], said["status"]) == ("error", 404), said
         assert ("service:ci-pipeline", "job.exec", str(job)) in stack.audit()
+        # a bearer no rule admits: refused in one line, as any other command is
+        env["BERTH_TOKEN"] = "brt_nobody"
+        bad = cat()
+        assert bad.returncode == Exit.REFUSED, bad.stderr
+        assert bad.stderr.strip().splitlines() == [
+            "berth: error: no rule grants you access to berth"
+        ], bad.stderr

@@ -81,8 +81,8 @@ async def attach(socket: WebSocket[Any, Any, Any]) -> None:
         await session.close(4001, str(exc))
     finally:
         rotation.cancel()
-        hub.execs.worker_gone(session)
         await session.stop()
+        hub.execs.worker_gone(session)  # after stop: no exec opens on a closed session
         if hub.remove(session):
             with contextlib.suppress(Exception):
                 await leasing.detach(

@@ -145,7 +145,7 @@ async def _relay(
     socket: WebSocket[Any, Any, Any], target: Target, ask: Ask, relayed: Relayed
 ) -> tuple[int | None, str]:
     """Pump both ways until the command exits (or the client leaves); its exit code."""
-    relayed.session.send(
+    sent = relayed.session.send(
         protocol.ExecStart(
             exec=relayed.id,
             job=target.job.id,
@@ -156,6 +156,9 @@ async def _relay(
             cols=ask.cols,
         )
     )
+    if not sent:
+        await _refuse(socket, Unavailable("the job's worker lost its connection; try again"))
+        return None, "the job's worker lost its connection before the command started"
     await socket.send_json({"type": "started", "session": relayed.id})
     inbound = asyncio.create_task(_from_client(socket, relayed))
     outbound = asyncio.create_task(_to_client(socket, relayed))
