@@ -10,6 +10,7 @@ import httpx
 import pexpect
 import pytest
 from websockets.asyncio.client import connect
+from websockets.sync.client import connect as sync_connect
 
 from service.core.exits import Exit
 from tests.e2e.test_trust import attached, finished, submit
@@ -119,6 +120,15 @@ class TestExec:
         r = s.cli("job", "exec", str(done), "--", "true")
         assert r.code == Exit.CONFLICT
         assert "succeeded" in r.err and "running job" in r.err
+        r = s.cli("job", "exec", str(job))
+        assert r.code == Exit.BAD_INPUT
+        assert "say what to run" in r.err
+        url = s.url.replace("http", "ws", 1) + f"/api/v1/jobs/{job}/exec"
+        with sync_connect(url, additional_headers={"Authorization": f"Bearer {s.token}"}) as ws:
+            ws.send(json.dumps({"command": "cat"}))
+            said = json.loads(ws.recv(timeout=30))
+        assert (said["type"], said["status"]) == ("error", 400), said
+        assert "$.command" in said["error"]
         assert s.cli("job", "exec", str(job), "--", "sh", "-c", "exit 3").code == 3
         entries = s.api("GET", "/api/v1/audit", params={"limit": 50}).json()
         opened = [e for e in entries if e["action"] == "job.exec" and e["target"] == str(job)]
