@@ -7,6 +7,7 @@ from service.api import errors, guards
 from service.api.channel import socket as worker_socket
 from service.api.channel.hub import Hub
 from service.api.routes import (
+    approvals,
     audit,
     cas,
     execs,
@@ -45,6 +46,11 @@ ROUTES = [
     secrets.list_secrets,
     secrets.remove_secret,
     audit.list_audit,
+    approvals.ask,
+    approvals.list_approvals,
+    approvals.show,
+    approvals.approve,
+    approvals.deny,
     *cas.HANDLERS,
     worker_socket.attach,
 ]
