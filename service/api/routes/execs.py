@@ -13,6 +13,7 @@ as a message it can print (the reason, and the status an HTTP call would have ha
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -57,7 +58,9 @@ class Control(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     signal: Literal["", "INT", "TERM", "HUP", "QUIT", "KILL"] = ""
 
 
-def _policy(rt: Runtime) -> Any:  # noqa: ANN401
+def _policy(rt: Runtime) -> Callable[[str], str]:
+    """A pool's `exec` setting as in force now (a pool berth.toml lacks: the default)."""
+
     def policy_of(pool: str) -> str:
         pools = rt.effective.pools
         return pools[pool].exec if pool in pools else "operator"
@@ -77,20 +80,25 @@ async def exec_session(socket: WebSocket[Any, Any, Any], job_id: FromPath[int]) 
         return
     except (TimeoutError, WebSocketDisconnect):
         return
-    exit_code, error = await _relay(socket, target, ask, relayed)
     hub = rt.the_hub()
-    hub.execs.close(relayed)
+    try:
+        exit_code, error = await _relay(socket, target, ask, relayed)
+    finally:
+        hub.execs.close(relayed)
     log.info("exec_ended", job=job_id, exec=relayed.id, exit_code=exit_code, error=error)
-    async with hub.execs.db_turns:
-        await execs.ended(
-            rt.db,
-            caller,
-            target,
-            session=relayed.id,
-            exit_code=exit_code,
-            error=error,
-            request_id=request_id(socket),
-        )
+    try:
+        async with hub.execs.db_turns:
+            await execs.ended(
+                rt.db,
+                caller,
+                target,
+                session=relayed.id,
+                exit_code=exit_code,
+                error=error,
+                request_id=request_id(socket),
+            )
+    except BerthError as exc:  # the database is away: the opening entry stands alone
+        log.warning("exec_end_not_audited", job=job_id, exec=relayed.id, error=exc.message)
     with contextlib.suppress(Exception):
         await socket.close()
 
