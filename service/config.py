@@ -158,6 +158,9 @@ class Pool(Section, frozen=True):
     min_memory_gb: float = 0.0
     min_disk_gb: float = 0.0
     provisioner: Provisioner | None = None
+    # Who may `berth job exec` into this pool's running jobs: "operator" (operators and admins
+    # of the job's tenant), "member" (its members too) or "off" (nobody, admins included).
+    exec: Literal["operator", "member", "off"] = "operator"
     # Who may answer a job's request_approval: any member of its tenant but the job's creator
     # ("four-eyes"), or any member ("any-member"); unanswered after the timeout, it is denied.
     approvals: Literal["four-eyes", "any-member"] = "four-eyes"

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from service.cli import exec as exec_cli
 from service.cli import transfer
 from service.cli.client import Client, CliError, add_server_arg, listing, print_json
 from service.core.exits import Exit
@@ -93,6 +94,8 @@ def add(sub: Any) -> None:  # noqa: ANN401
         "--follow", "-f", action="store_true", help="until the job ends; exit with its code"
     )
     lg.set_defaults(func=logs)
+
+    exec_cli.add(jsub)
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:

@@ -33,6 +33,7 @@ from service.config import Cas
 from service.core.bounds import RELAY_MAX_SAVE_GB, gb_bytes
 from service.core.exits import Exit
 from service.worker import accounts, artifacts, credential, host, isolation, workdirs
+from service.worker.execs import Execs
 from service.worker.isolation import Namespaces
 from service.worker.jobusers import DEFAULT_RANGE, NoFreeUid, Users
 from service.worker.outbox import DEFAULT_LIMIT, Outbox
@@ -101,6 +102,7 @@ class Worker:
     _reached: float = field(default_factory=time.monotonic)  # last time a session was up
     store: Store | None = None  # the installation's artifact store, as this worker reaches it
     calls: Calls = field(default_factory=Calls)  # jobs' calls relayed to the server
+    execs: Execs = field(default_factory=Execs)  # `berth job exec` sessions (worker/execs.py)
     _own_store: Store | None = None
     _opened_from: tuple[protocol.CasAccess, str] | None = None  # `store`'s access and bearer
     _own_id: str = ""
@@ -273,6 +275,7 @@ class Worker:
                 await self._reader(ws)
             finally:
                 self.calls.ws = None
+                await self.execs.end_all("the worker's connection to the server ended")
                 self._reached = time.monotonic()
                 for task in helpers:
                     task.cancel()
@@ -355,6 +358,17 @@ class Worker:
                 await self._keep_credential(ws, frame.token)
             case protocol.RelayResponse():
                 self.calls.answered(frame)
+            case protocol.ExecStart():
+                run = self.runs.get((frame.job, frame.epoch))
+
+                async def send(out: protocol.Frame) -> None:
+                    await ws.send(protocol.encode(out).decode())
+
+                self.execs.start(frame, run, send)
+            case protocol.ExecInput():
+                self.execs.input(frame)
+            case protocol.ExecDelivered():
+                self.execs.delivered(frame)
             case protocol.Refused():
                 raise Refused(frame.reason)
 
@@ -447,6 +461,7 @@ class Worker:
             allow_local_repos=self.opts.allow_local_repos,
             namespaces=self.namespaces,
         )
+        run.ending = lambda: self.execs.end_job(key, "the job's lease ended")
         self.runs[key] = run
         task = asyncio.create_task(self._run(run))
         self._tasks.add(task)

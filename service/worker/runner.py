@@ -81,6 +81,9 @@ class Run:
     worker_env: Mapping[str, str] = field(default_factory=dict)
     pass_env: Sequence[str] = ()
     namespaces: Namespaces | None = None  # as root: the job's private /tmp & co (isolation.py)
+    # Called once the job's process ended, before anything of its uid is killed: its execs end
+    # here (worker/execs.py), each told why.
+    ending: Callable[[], Awaitable[None]] | None = None
     _enter: Step | None = None  # the child's step into them, made by prepare()
     _proc: asyncio.subprocess.Process | None = None
     _stop_reason: str = ""  # cancelled | timed_out | fenced | released | gave_back
@@ -93,6 +96,16 @@ class Run:
     @property
     def stop_reason(self) -> str:
         return self._stop_reason
+
+    @property
+    def started(self) -> bool:
+        """Its process runs (or ran): an exec may join it."""
+        return self._proc is not None and self._proc.returncode is None
+
+    @property
+    def pid(self) -> int | None:
+        """Its shim's pid: /proc/<pid>/ns holds the job's namespaces while it runs."""
+        return self._proc.pid if self._proc is not None else None
 
     def prepare(self) -> None:
         """The job's own folder: 0700, owned by its user, with tmp/ and output/ inside.
@@ -255,13 +268,19 @@ class Run:
             outcome = await self._wait()
         finally:
             os.close(write_end)
-            if self.relay is not None:
-                await self.relay.close()  # the lease's relay ends with the job
+            await self._ended()
         if self.user.isolated:
             # Nothing the job left running may change its outputs while they are read.
             await jobusers.kill_all(self.user.uid)
         await self._keep_outputs(outcome)
         return outcome
+
+    async def _ended(self) -> None:
+        """The job's process ended: its execs end, and the lease's relay with it."""
+        if self.ending is not None:
+            await self.ending()
+        if self.relay is not None:
+            await self.relay.close()
 
     async def _keep_outputs(self, outcome: Outcome) -> None:
         """Upload what it left under $BERTH_OUTPUT, whatever its outcome.

@@ -150,6 +150,20 @@ async def live_of(conn: AsyncConnection, worker_id: str) -> list[tuple[int, int]
     return [(r[0], r[1]) for r in rows]
 
 
+async def live_of_job(conn: AsyncConnection, job_id: int) -> tuple[int, str, str] | None:
+    """The job's live lease: (epoch, worker id, the worker's pool), or None."""
+    row = (
+        await conn.execute(
+            text(
+                "SELECT l.epoch, CAST(l.worker_id AS text), w.pool FROM leases l "
+                "JOIN workers w ON w.id = l.worker_id WHERE l.job_id = :j AND l.state = 'live'"
+            ),
+            {"j": job_id},
+        )
+    ).first()
+    return (row[0], row[1], row[2]) if row is not None else None
+
+
 # The jobs of the leases in `l` (job_id, epoch) that just expired: queued again, or failed
 # "worker lost" once their attempts are spent. Fenced by epoch: a job that moved on is left.
 REQUEUE_LOST = """
