@@ -122,3 +122,69 @@ class TestWords:
         held = frozenset({"t"})
         assert no_lease_reason(w, pool, True, waiting=wants, held_back=held) == "quota"
         assert no_lease_reason(w, pool, True, waiting=[job(2, Resources(cpus=1))]) == "-"
+
+
+class TestWorkerSide:
+    def test_gpus_by_index_never_one_held(self):
+        from service.worker.gpus import Gpus, NoFreeGpu, visible
+
+        held = Gpus([0, 1, 2])
+        assert held.take((1, 1), 2) == (0, 1)
+        assert held.take((2, 1), 1) == (2,)
+        with pytest.raises(NoFreeGpu, match="0 of this worker's 3 are free"):
+            held.take((3, 1), 1)
+        held.give_back((1, 1))
+        assert held.take((3, 1), 1) == (0,)
+        assert held.take((4, 1), 0) == ()
+        assert visible((0, 2)) == {"CUDA_VISIBLE_DEVICES": "0,2", "NVIDIA_VISIBLE_DEVICES": "0,2"}
+        assert visible(()) == {}
+
+    def test_no_driver_no_gpu(self):
+        """nvidia-ml-py is installed here but no driver is: NVML answers nothing, no error."""
+        from service.worker.gpus import discover
+
+        assert discover() == ()
+
+    def test_discovery_reads_nvml(self, monkeypatch):
+        import sys
+        import types
+
+        from service.worker.gpus import discover
+
+        fake = types.ModuleType("pynvml")
+
+        class NVMLError(Exception):
+            pass
+
+        def utilization(handle: int) -> object:
+            if handle == 1:
+                raise NVMLError("not supported")
+            return types.SimpleNamespace(gpu=55)
+
+        fake.__dict__.update(
+            NVMLError=NVMLError,
+            nvmlInit=lambda: None,
+            nvmlShutdown=lambda: None,
+            nvmlDeviceGetCount=lambda: 2,
+            nvmlDeviceGetHandleByIndex=lambda i: i,
+            nvmlDeviceGetName=lambda h: b"H100",
+            nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * 1024**3),
+            nvmlDeviceGetUtilizationRates=utilization,
+        )
+        monkeypatch.setitem(sys.modules, "pynvml", fake)
+        found = discover()
+        assert [(g.index, g.name, g.memory_mb, g.utilization) for g in found] == [
+            (0, "H100", 80 * 1024, 55),
+            (1, "H100", 80 * 1024, 0),
+        ]
+
+    def test_rlimit_cores_spread_over_the_least_used(self):
+        from service.worker.confine import Rlimits
+
+        cores = Rlimits((0, 1, 2, 3))
+        assert cores.job((1, 1), cpus=2, memory_mb=0).cores == (0, 1)
+        assert cores.job((2, 1), cpus=1.5, memory_mb=0).cores == (2, 3)
+        assert cores.job((3, 1), cpus=0.5, memory_mb=0).cores == (0,)
+        cores.give_back((1, 1))
+        assert cores.job((4, 1), cpus=1, memory_mb=64).cores == (1,)
+        assert cores.job((5, 1), cpus=0, memory_mb=64).cores == ()
