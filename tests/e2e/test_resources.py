@@ -196,6 +196,20 @@ class TestGpus:
         log = started_log(w)
         assert "2 GPUs (0: Fake A100 0, 1: Fake A100 1)" in log
 
+    def test_bad_sizes_are_one_line(self, server_factory):
+        """The CLI refuses a bad --memory, --cpus or --gpus in one line, without a traceback."""
+        s = server_factory(POOL, builtin_worker=False)
+        for argv, says in (
+            (("job", "submit", "--memory", "lots", "--", "true"), "--memory 'lots' is not a size"),
+            (("job", "submit", "--cpus", "-1", "--", "true"), "--cpus must be a finite number"),
+            (("worker", "--pool", "res", "--gpus", "-2"), "--gpus must be a whole number"),
+        ):
+            r = s.cli(*argv)
+            assert r.code != 0 and says in r.err, r.err
+            assert len(r.err.strip().splitlines()) == 1, r.err
+        r = s.api("POST", "/api/v1/jobs", json={"command": ["true"], "memory_mb": -5})
+        assert r.status_code == 400 and "memory_mb" in r.json()["error"]
+
 
 class TestQuotaOnTwoServers:
     def test_max_running_holds_across_servers(self, server_factory, worker_factory, shared_dir):
