@@ -76,7 +76,12 @@ class JobWant:
             labels=frozenset(job.labels),
             device_policy=DevicePolicy(job.device_policy),
             priority=job.priority,
-            request=Resources(job.cpus, job.memory_mb, job.gpus),
+            # (most jobs ask for nothing: no object each on the claim's path)
+            request=(
+                Resources(job.cpus, job.memory_mb, job.gpus)
+                if job.cpus or job.memory_mb or job.gpus
+                else NOTHING
+            ),
         )
 
 

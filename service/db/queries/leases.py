@@ -51,14 +51,15 @@ async def live_counts(
     return out
 
 
-# Queued jobs in fairness order (see `candidates`). {quota} is "" with no quota in force (the
-# plan of before quotas existed), else a filter that leaves out what a tenant's quota holds back.
+# Queued jobs in fairness order (see `candidates`). With no quota in force {quota} and
+# {gpus_held} are "" (the plan of before quotas existed: running jobs are counted from the index
+# alone), else a filter that leaves out what a tenant's quota holds back, and the GPUs it holds.
 _CANDIDATES_SQL = """
 WITH t AS (
     SELECT DISTINCT tenant FROM jobs WHERE state = 'queued'
       AND (CAST(:tenants AS text[]) IS NULL OR tenant = ANY(CAST(:tenants AS text[])))
 ), running AS (
-    SELECT tenant, count(*) AS n, sum(gpus) AS g FROM jobs
+    SELECT tenant, count(*) AS n{gpus_held} FROM jobs
     WHERE state IN ('leased', 'running') GROUP BY tenant
 ), c AS (
     SELECT q.*, row_number() OVER (PARTITION BY q.tenant ORDER BY q.priority DESC, q.id)
@@ -114,9 +115,11 @@ async def candidates(
         "limit": limit,
         "tenants": None if tenants is None else list(tenants),
     }
-    sql = _CANDIDATES_SQL.replace("{quota}", "")
+    sql = _CANDIDATES_SQL.replace("{quota}", "").replace("{gpus_held}", "")
     if quotas:
-        sql = _CANDIDATES_SQL.replace("{quota}", _QUOTA_FILTER)
+        sql = _CANDIDATES_SQL.replace("{quota}", _QUOTA_FILTER).replace(
+            "{gpus_held}", ", sum(gpus) AS g"
+        )
         names = sorted(quotas.tenants)
         params |= {
             "q_tenants": names,
