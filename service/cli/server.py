@@ -22,6 +22,7 @@ from service import __version__, log
 from service.api import limits_watch
 from service.api.app import create_app
 from service.api.runtime import Runtime
+from service.background.approvals import SettleApprovals
 from service.background.audit_seal import SealAudit
 from service.background.cas_gc import CollectArtifacts
 from service.background.output_pack import PackOutput
@@ -174,6 +175,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                 Leader(url),
                 [
                     ExpireSilent(db, cfg.executor),
+                    SettleApprovals(db, interval=cfg.executor.loop_seconds),
                     SealAudit(db, secret_key, home=berth_home, interval=cfg.executor.loop_seconds),
                     CollectArtifacts(db, cas, interval=cfg.cas.gc_seconds),
                     PackOutput(

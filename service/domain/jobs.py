@@ -23,7 +23,7 @@ from service.db.queries import leases as leases_q
 from service.db.queries import workers as workers_q
 from service.db.queries.artifacts import Ref
 from service.db.records import JobRecord, OutputChunk
-from service.domain import artifacts, audit, provisioning, secrets
+from service.domain import approvals, artifacts, audit, provisioning, secrets
 from service.domain import output as output_d
 from service.domain.fleet import worker_views
 from service.domain.tokens import check_name, tenant_to_write
@@ -266,13 +266,13 @@ async def get(db: Database, caller: Caller, job_id: int) -> JobRecord:
 async def waiting_for(
     db: Database, job: JobRecord, pools: Mapping[str, PoolSpec], cfg: Config | None = None
 ) -> str:
-    """What a queued job waits for, in words; "" for a job that is not queued.
+    """What a queued job waits for, in words; a running one, the approval it asked for, if any.
 
     With the config in force, a job of a provisioned pool also hears what its provisioner does
     about it (starting workers, backing off after failed starts, held at max).
     """
     if job.state != JobState.QUEUED:
-        return ""
+        return await approvals.waiting(db, job)
     want = placement.JobWant.of(job)
     quota = cfg.quotas().of(job.tenant) if cfg is not None else placement.Quota()
     async with db.begin() as conn:
