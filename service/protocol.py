@@ -57,12 +57,30 @@ class Frame(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     pass
 
 
+class Gpu(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One GPU as NVML sees it (worker/gpus.py): its index is what CUDA_VISIBLE_DEVICES names."""
+
+    index: Annotated[int, msgspec.Meta(ge=0, le=4095)]
+    name: Word = ""
+    memory_mb: Annotated[int, msgspec.Meta(ge=0, le=2**40)] = 0
+    utilization: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0  # percent busy, last sample
+
+
 class Host(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     cpus: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
     load: Amount = 0.0
     free_memory_gb: Amount = 0.0
     free_disk_gb: Amount = 0.0
-    gpus: Annotated[tuple[Word, ...], msgspec.Meta(max_length=256)] = ()
+    gpus: Annotated[tuple[Word, ...], msgspec.Meta(max_length=256)] = ()  # names
+    devices: Annotated[tuple[Gpu, ...], msgspec.Meta(max_length=256)] = ()  # NVML, when present
+
+
+class Capacity(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a worker offers jobs (berth worker --cpus --memory --gpus; default: the host's)."""
+
+    cpus: Annotated[float, msgspec.Meta(ge=0, le=1_000_000)] = 0.0
+    memory_mb: Annotated[int, msgspec.Meta(ge=0, le=2**40)] = 0
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 0
 
 
 # -- worker -> server ------------------------------------------------------------------------
@@ -77,6 +95,8 @@ class Hello(Frame, tag="hello.v2", frozen=True, forbid_unknown_fields=True):
     labels: Annotated[tuple[Label, ...], msgspec.Meta(max_length=256)] = ()
     parallel: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
     host: Host = msgspec.field(default_factory=Host)
+    # Absent (an older worker): it offers nothing, so it takes only jobs that ask for nothing.
+    capacity: Capacity = msgspec.field(default_factory=Capacity)
     python: Word = ""
     env_digest: Word = ""
     cas: Word = ""
@@ -296,6 +316,10 @@ class Lease(Frame, tag="lease.v2", frozen=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     secrets: dict[str, str] = msgspec.field(default_factory=dict)  # variable -> value
     timeout_seconds: float = 0.0  # 0: none
+    # What it asked for (SPEC section 4, "Resources"); the worker enforces them. 0: nothing.
+    cpus: float = 0.0
+    memory_mb: int = 0
+    gpus: int = 0
 
 
 class Leases(Frame, tag="leases.v2", frozen=True):
