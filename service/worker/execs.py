@@ -344,13 +344,12 @@ def _enter_job(run: Run) -> _Enter | None:
     return _Enter(fds)
 
 
-def _cgroup_step(run: Run) -> Step | None:  # noqa: ARG001  (the hook for per-job cgroups)
-    """The step into the job's cgroup, once jobs have one (per-job resources).
+def _cgroup_step(run: Run) -> Step | None:
+    """The step into the job's limits: its cgroups, else the same rlimits and affinity.
 
-    Hook: when `Run` holds its cgroup's folder, return a step that writes "0" to its
-    `cgroup.procs` (the child moves itself), so the exec is counted and bounded with the job.
+    In the job's cgroup the exec is counted and bounded with the job.
     """
-    return None
+    return run.limits.enter() if run.limits is not None else None
 
 
 def _child(steps: list[Step], cwd: str, *, tty: bool) -> Step:
