@@ -11,16 +11,17 @@ import structlog
 
 from service import protocol
 from service.api.channel.session import Session
-from service.api.runtime import Runtime
 from service.core.errors import Unavailable
+from service.db.engine import Database
 from service.domain import leasing
 
 log = structlog.get_logger(__name__)
 
 
 class Heartbeats:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self, db: Database, *, server_id: str) -> None:
+        self.db = db
+        self.server_id = server_id
         self._beats: dict[str, tuple[Session, int, protocol.Host]] = {}
         self._ready = asyncio.Event()
 
@@ -38,8 +39,8 @@ class Heartbeats:
             batch, self._beats = self._beats, {}
             try:
                 written = await leasing.beats(
-                    self.rt.db,
-                    server_id=self.rt.server_id,
+                    self.db,
+                    server_id=self.server_id,
                     beats=[(wid, host) for wid, (_, _, host) in batch.items()],
                 )
             except Unavailable as exc:  # no ack: the worker's watchdog counts the silence
