@@ -100,8 +100,10 @@ class Session:
         self.closed = True
         if self._sender is not None:
             self._sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sender
+            await asyncio.wait([self._sender])
+            # Not raised here: the caller is tidying up a gone socket and must finish that.
+            if not self._sender.cancelled() and (exc := self._sender.exception()) is not None:
+                log.error("worker_sender_failed", worker=self.worker.name, exc_info=exc)
 
 
 class Sessions:
