@@ -8,7 +8,18 @@ from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
 
 from service.api import errors, guards, worker_socket
-from service.api.routes import audit, cas, fleet, health, jobs, joining, limits, secrets, tokens
+from service.api.routes import (
+    approvals,
+    audit,
+    cas,
+    fleet,
+    health,
+    jobs,
+    joining,
+    limits,
+    secrets,
+    tokens,
+)
 from service.api.runtime import Runtime
 
 ROUTES = [
@@ -35,6 +46,11 @@ ROUTES = [
     secrets.list_secrets,
     secrets.remove_secret,
     audit.list_audit,
+    approvals.ask,
+    approvals.list_approvals,
+    approvals.show,
+    approvals.approve,
+    approvals.deny,
     *cas.HANDLERS,
     worker_socket.attach,
 ]

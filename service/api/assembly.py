@@ -14,7 +14,7 @@ from service.api.runtime import Runtime
 from service.config import Config
 from service.db.embedded import Embedded
 from service.db.engine import Database
-from service.domain.artifacts import ServerStore
+from service.domain.artifacts.server_store import ServerStore
 from service.protocol import CasAccess
 
 

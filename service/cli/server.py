@@ -24,6 +24,7 @@ from service import __version__, log
 from service.api.app import create_app
 from service.api.assembly import assemble
 from service.api.runtime import Runtime
+from service.background.approvals import SettleApprovals
 from service.background.audit_seal import SealAudit
 from service.background.cas_gc import CollectArtifacts
 from service.background.loop import LoopFailed
@@ -43,7 +44,8 @@ from service.db.leader import Leader
 from service.db.queries.jobs import JOBS_CHANNEL
 from service.db.queries.limits import LIMITS_CHANNEL
 from service.db.queries.workers import WORKERS_CHANNEL
-from service.domain import artifacts, secrets, tokens
+from service.domain import secrets, tokens
+from service.domain.artifacts import server_store
 from service.worker import credential, hardening, jobusers
 from service.worker import main as worker_main
 
@@ -102,7 +104,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     db = Database(url, secret_key=secret_key)  # signs the audit entries this server writes
     builtin_home = berth_home / "builtin" / _listen_key(host, port)
     builtin_token = await _builtin_credential(db, builtin_home) if builtin_worker else ""
-    cas = artifacts.open_server_store(cfg, home=berth_home, secret_key=secret_key)
+    cas = server_store.open_server_store(cfg, home=berth_home, secret_key=secret_key)
     rt = assemble(
         cfg,
         db,
@@ -112,7 +114,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         builtin_token=builtin_token,
         cas=cas,
         # server_url "": a worker reaches a local store through the server it dialled, whichever.
-        cas_access=await artifacts.access(cfg, cas, server_url="", secret_key=secret_key),
+        cas_access=await server_store.access(cfg, cas, server_url="", secret_key=secret_key),
         embedded=embedded,
     )
     app = create_app(rt)
@@ -167,6 +169,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
             )
             loops = [
                 ExpireSilent(db, cfg.executor),
+                SettleApprovals(db, interval=cfg.executor.loop_seconds),
                 SealAudit(db, secret_key, home=berth_home, interval=cfg.executor.loop_seconds),
                 CollectArtifacts(db, cas, interval=cfg.cas.gc_seconds),
                 PackOutput(

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from litestar import Litestar
 
 from service.api.app import create_app
 from service.api.assembly import assemble
@@ -33,6 +34,7 @@ class Api:
     client: httpx.AsyncClient
     rt: Runtime
     admin: str
+    app: Litestar  # what the client calls; a fake worker dials it too
 
     async def call(
         self, method: str, path: str, token: str | None = None, **kw: Any
@@ -51,9 +53,9 @@ def rebuilt(api: Api, **changes: Any) -> Api:
     """The same server with some of its runtime's values changed (e.g. `cas=`): a new app on
     the same database, hub and admin, as `berth serve` would have built it from the start."""
     rt = dataclasses.replace(api.rt, **changes)
-    transport = httpx.ASGITransport(app=create_app(rt))
-    client = httpx.AsyncClient(transport=transport, base_url="http://berth.test")
-    return Api(client=client, rt=rt, admin=api.admin)
+    app = create_app(rt)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://berth.test")
+    return Api(client=client, rt=rt, admin=api.admin, app=app)
 
 
 def config(extra: dict | None = None) -> Config:
@@ -69,9 +71,10 @@ async def api(db_url: str) -> AsyncIterator[Api]:
     rt = assemble(cfg, database, server_id="test", version="test", secret_key=KEY)
     admin = await tokens.ensure_admin(database)
     assert admin is not None
-    transport = httpx.ASGITransport(app=create_app(rt))
+    app = create_app(rt)
+    transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://berth.test") as client:
-        yield Api(client=client, rt=rt, admin=admin)
+        yield Api(client=client, rt=rt, admin=admin, app=app)
     await database.dispose()
 
 
@@ -92,10 +95,11 @@ async def api_with(db_url: str) -> AsyncIterator[Callable[[dict[str, Any]], Awai
             )
             admin = await tokens.ensure_admin(database)
             admins.append(admin or admins[0])
-            transport = httpx.ASGITransport(app=create_app(rt))
+            app = create_app(rt)
+            transport = httpx.ASGITransport(app=app)
             client = await stack.enter_async_context(
                 httpx.AsyncClient(transport=transport, base_url="http://berth.test")
             )
-            return Api(client=client, rt=rt, admin=admins[-1])
+            return Api(client=client, rt=rt, admin=admins[-1], app=app)
 
         yield make
