@@ -59,9 +59,9 @@ def serve(args: argparse.Namespace) -> int:
             '{ cert = "...", key = "..." }, or tls = "proxy" when a proxy ends TLS; '
             "only a loopback address may go without"
         )
-    from service.cli import cas_server  # noqa: PLC0415
+    from service.cli import cas_serve_process  # noqa: PLC0415
 
-    return cas_server.main(cfg, host=host, port=port)
+    return cas_serve_process.main(cfg, host=host, port=port)
 
 
 def put(args: argparse.Namespace) -> int:

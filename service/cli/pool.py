@@ -1,4 +1,4 @@
-"""`berth pool list` and `berth status`."""
+"""`berth pool list`."""
 
 import argparse
 from typing import Any
@@ -13,9 +13,6 @@ def add(sub: Any) -> None:  # noqa: ANN401
     ls = psub.add_parser("list", help="list pools")
     add_server_arg(ls)
     ls.set_defaults(func=pool_list)
-    st = sub.add_parser("status", help="server, pools, queue depth, limits")
-    add_server_arg(st)
-    st.set_defaults(func=status)
 
 
 def pool_list(args: argparse.Namespace) -> int:
@@ -61,32 +58,3 @@ def _cell(pool: dict[str, Any], key: str, value: float) -> str:
     full = f"pools.{pool['name']}.{key}"
     limited = any(x["key"] == full and x["in_force"] for x in pool["limits"])
     return f"{value:g}" + ("*" if limited else "")
-
-
-def status(args: argparse.Namespace) -> int:
-    client = Client(args.server)
-    st = client.call("GET", "/api/v1/status")
-    if args.json:
-        print_json(st)
-        return 0
-    print(f"server   {client.server} (berth {st['server']['version']})")
-    print(f"running  {st['running']} job(s)")
-    for name, p in sorted(st["pools"].items()):
-        slots = " ".join(f"{k}={v}" for k, v in p["slots"].items())
-        print(f"pool     {name}: {p['workers']} worker(s) attached, slots {slots}")
-        prov = p.get("provisioner") or {}
-        if prov:
-            states = " ".join(f"{k}={n}" for k, n in sorted(prov["workers"].items())) or "none"
-            print(f"         provisioner {prov['provider']}, max {prov['max']}: {states}")
-        if prov.get("last_error"):
-            print(
-                f"         {prov['failures']} failed start(s), next try in "
-                f"{prov['retry_in']:g}s: {prov['last_error']}"
-            )
-    for q in st["queued"]:
-        print(f"queued   {q['jobs']} {q['kind']} job(s) for {q['pool'] or 'any pool'}")
-    if not st["queued"]:
-        print("queued   none")
-    for lim in st["limits"]:
-        print(f"limit    {limit_line(lim)}")
-    return 0
