@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.cli.client import Client, CliError, add_server_arg, listing
+from service.cli.client import CliError, add_server_arg, connect, listing
 from service.cli.ops_db import ops_url
 from service.core.exits import Exit
 
@@ -32,12 +32,13 @@ def add(sub: Any) -> None:  # noqa: ANN401
 
 
 def audit_list(args: argparse.Namespace) -> int:
-    rows = Client(args.server).call("GET", "/api/v1/audit", limit=args.limit)
+    with connect(args.server) as client:
+        rows = client.audit(limit=args.limit)
     return listing(
         args,
         rows,
         [
-            [str(r["seq"] or "-"), r["at"][:19], r["caller"], r["action"], r["target"][:40]]
+            [str(r.seq or "-"), r.at.isoformat()[:19], r.caller, r.action, r.target[:40]]
             for r in rows
         ],
         ["SEQ", "AT", "CALLER", "ACTION", "TARGET"],

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.cli.client import Client, CliError, add_server_arg, listing, print_json
+from service.cli.client import CliError, add_server_arg, connect, listing, print_json
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -50,34 +50,29 @@ def secret_set(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CliError(f"cannot read {args.from_file}: {exc.strerror}") from None
     value = value.removesuffix("\n")
-    body: dict[str, Any] = {"value": value, "tenants": args.tenant}
-    if args.all_tenants:
-        body["all_tenants"] = True
-    out = Client(args.server).call("PUT", f"/api/v1/secrets/{args.name}", body)
+    with connect(args.server) as client:
+        out = client.set_secret(args.name, value, tenants=args.tenant, all_tenants=args.all_tenants)
     if args.json:
         print_json(out)
     else:
-        print(f"set {args.name} for {', '.join(out['owners'])}")
+        print(f"set {args.name} for {', '.join(out.owners)}")
     return 0
 
 
 def secret_list(args: argparse.Namespace) -> int:
-    rows = Client(args.server).call("GET", "/api/v1/secrets")
+    with connect(args.server) as client:
+        rows = client.secrets()
     return listing(
         args,
         rows,
-        [[r["name"], r["owner"], r["created_by"], r["updated_at"][:19]] for r in rows],
+        [[r.name, r.owner, r.created_by, r.updated_at.isoformat()[:19]] for r in rows],
         ["NAME", "OWNER", "SET BY", "UPDATED"],
     )
 
 
 def secret_rm(args: argparse.Namespace) -> int:
-    out = Client(args.server).call(
-        "DELETE",
-        f"/api/v1/secrets/{args.name}",
-        tenant=args.tenant or None,
-        all_tenants="true" if args.all_tenants else None,
-    )
+    with connect(args.server) as client:
+        out = client.remove_secret(args.name, tenants=args.tenant, all_tenants=args.all_tenants)
     if args.json:
         print_json(out)
     else:

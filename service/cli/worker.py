@@ -7,13 +7,12 @@ import pwd
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from service import stdlog
 from service.cli.client import (
-    Client,
     CliError,
     add_server_arg,
+    connect,
     home,
     listing,
     print_json,
@@ -122,21 +121,21 @@ def dispatch(args: argparse.Namespace) -> int:
         return join_token(args)
     if not args.name:
         raise CliError(f"berth worker {args.action} NAME: which worker?")
-    client = Client(args.server)
-    if args.action == "rm":
-        out = client.call("DELETE", f"/api/v1/workers/{quote(args.name, safe='')}")
-        if args.json:
-            print_json(out)
-        else:
-            print(f"removed {out['name']}")
-        return 0
-    out = client.call("POST", f"/api/v1/workers/{quote(args.name, safe='')}/{args.action}")
+    with connect(args.server) as client:
+        if args.action == "rm":
+            removed = client.remove_worker(args.name)
+            if args.json:
+                print_json(removed)
+            else:
+                print(f"removed {removed.name}")
+            return 0
+        out = client.set_worker_state(args.name, args.action)
     if args.json:
         print_json(out)
-    elif out["state"] == out["set"]:
-        print(f"{out['name']}: {out['state']}")
+    elif out.state == out.set:
+        print(f"{out.name}: {out.state}")
     else:  # e.g. enabled, but it exited: it takes jobs once it attaches again
-        print(f"{out['name']}: {out['state']} ({VERB[args.action]})")
+        print(f"{out.name}: {out.state} ({VERB[args.action]})")
     return 0
 
 
@@ -223,24 +222,20 @@ def join_token(args: argparse.Namespace) -> int:
         expires = durations.seconds(args.expires)
     except ValueError as exc:
         raise CliError(f"--expires: {exc}") from None
-    client = Client(args.server)
-    labels = _labels(args.labels)
-    body: dict[str, Any] = {
-        "pool": args.pool,
-        "labels": labels,
-        "tenants": args.tenants,
-        "expires_seconds": expires,
-    }
-    if args.worker_name:
-        body["name"] = args.worker_name
-    out = client.call("POST", "/api/v1/workers/join-tokens", body)
+    with connect(args.server) as client:
+        out = client.create_join_token(
+            args.pool,
+            name=args.worker_name or None,
+            labels=_labels(args.labels),
+            tenants=args.tenants,
+            expires_seconds=expires,
+        )
     if args.json:
         print_json(out)
         return 0
-    print(out["token"])
+    print(out.token)
     print(
-        f"node {out['name']} (pool {out['pool']}); on it, within {args.expires}:\n"
-        f"  {out['command']}",
+        f"node {out.name} (pool {out.pool}); on it, within {args.expires}:\n  {out.command}",
         file=sys.stderr,
     )
     return 0
@@ -272,23 +267,24 @@ def _gb(v: float | None) -> str:
 
 
 def list_workers(args: argparse.Namespace) -> int:
-    workers = Client(args.server).call("GET", "/api/v1/workers")
+    with connect(args.server) as client:
+        workers = client.workers()
     rows = []
     for w in workers:
-        load = "-" if w["load"] is None else f"{w['load']:.1f}/{w['cpus']}"
-        slots = " ".join(f"{k}:{v['used']}/{v['total']}" for k, v in w["slots"].items()) or "-"
+        load = "-" if w.load is None else f"{w.load:.1f}/{w.cpus}"
+        slots = " ".join(f"{k}:{v.used}/{v.total}" for k, v in w.slots.items()) or "-"
         rows.append(
             [
-                w["name"],
-                w["pool"],
-                w["state"],
-                f"{w['seen_seconds_ago']:.0f}s ago",
+                w.name,
+                w.pool,
+                w.state,
+                f"{w.seen_seconds_ago:.0f}s ago",
                 load,
-                _gb(w["free_memory_gb"]),
-                _gb(w["free_disk_gb"]),
+                _gb(w.free_memory_gb),
+                _gb(w.free_disk_gb),
                 slots,
-                ",".join(w["labels"]) or "-",
-                w["no_lease"],
+                ",".join(w.labels) or "-",
+                w.no_lease,
             ]
         )
     header = ["NAME", "POOL", "STATE", "SEEN", "LOAD", "MEM", "DISK", "SLOTS", "LABELS", "NO LEASE"]
