@@ -27,7 +27,11 @@ WORKER = artifacts.WORKER_PATH
 BLOB = "{sha256:str}"
 
 Sha256 = Annotated[
-    str, PathParameter(description="the blob's name: its sha256, 64 lowercase hex digits")
+    str,
+    PathParameter(
+        description="the blob's name: its sha256, 64 lowercase hex digits",
+        pattern=r"\A[0-9a-f]{64}\Z",
+    ),
 ]
 Tenant = Annotated[
     str | None,

@@ -3,7 +3,7 @@
 import asyncio
 import base64
 from collections.abc import AsyncIterator
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 import msgspec
 from litestar import get, post
@@ -226,9 +226,10 @@ async def cancel(
 
 def _chunk(c: OutputChunk, encoding: str) -> ChunkView:
     """Output is bytes: as base64 (exact), or as text with invalid UTF-8 replaced visibly."""
+    stream = cast("Literal['stdout', 'stderr']", c.stream)  # the column holds only these
     if encoding == "base64":
-        return ChunkView(id=c.id, stream=c.stream, b64=base64.b64encode(c.data).decode())  # type: ignore[arg-type]
-    return ChunkView(id=c.id, stream=c.stream, data=c.data.decode("utf-8", "replace"))  # type: ignore[arg-type]
+        return ChunkView(id=c.id, stream=stream, b64=base64.b64encode(c.data).decode())
+    return ChunkView(id=c.id, stream=stream, data=c.data.decode("utf-8", "replace"))
 
 
 @get(
