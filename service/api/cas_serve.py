@@ -22,6 +22,7 @@ from service.api.identity import Conn, bearer
 from service.core.errors import Forbidden, NotFound, Unauthenticated
 from service.domain import artifacts
 from service.domain.artifacts import ServerStore
+from service.views import StoredView
 
 BASE = "/cas"
 BLOB = f"{BASE}/{{sha256:str}}"
@@ -73,9 +74,7 @@ async def get_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> Re
 
 
 @put(BLOB, request_max_body_size=None)  # streamed to the store: any size
-async def put_blob(
-    request: Request[Any, Any, Any], sha256: FromPath[str]
-) -> Response[dict[str, Any]]:
+async def put_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> Response[StoredView]:
     result = await artifacts.write(_server(request), sha256, request.stream())
     return cas_wire.stored(result)
 

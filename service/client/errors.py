@@ -21,10 +21,9 @@ class ApiError(BerthError):
     """
 
     def __init__(self, status: int, error: str, field: str | None = None) -> None:
-        super().__init__(error)
+        super().__init__(error, field=field)
         self.status = status
         self.error = error
-        self.field = field
 
     def __repr__(self) -> str:
         return f"ApiError(status={self.status}, error={self.error!r}, field={self.field!r})"

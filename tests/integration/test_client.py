@@ -258,7 +258,7 @@ async def test_errors_are_api_errors(api: Api, berth: AsyncBerthClient) -> None:
 
     with pytest.raises(ApiError) as bad:
         await berth.submit_job(JobRequest(command=["true"], max_attempts=0))
-    assert bad.value.status == 400 and "max_attempts" in bad.value.error
+    assert (bad.value.status, bad.value.field) == (400, "max_attempts"), bad.value
 
     transport = api.client._transport
     assert isinstance(transport, httpx.AsyncBaseTransport)
