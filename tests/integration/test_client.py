@@ -20,7 +20,14 @@ import pytest
 from sqlalchemy import text
 
 from service import protocol, views
-from service.client import ApiError, AsyncBerthClient, BerthClient, JobRequest, Unreachable
+from service.client import (
+    ApiError,
+    AsyncBerthClient,
+    BerthClient,
+    InputRequest,
+    JobRequest,
+    Unreachable,
+)
 from service.domain import artifacts, leasing, tokens
 from tests.integration.conftest import KEY, Api
 from tests.procs import free_port
@@ -115,7 +122,7 @@ async def finished_job(api: Api, berth: AsyncBerthClient) -> views.JobView:
             pool="gpu",
             env={"A": "1"},
             labels=["x"],
-            inputs=[{"name": "in.txt", "sha256": SHA}],  # type: ignore[list-item]
+            inputs=[InputRequest(name="in.txt", sha256=SHA)],
         )
     )
     outputs = msgspec.json.encode([{"path": "out.txt", "sha256": SHA, "size": len(DATA)}])
@@ -329,3 +336,15 @@ def test_same_shape_finds_a_field_added_or_dropped() -> None:
         same_shape([{**good, "new": 1}], list[views.RemovedView])
     with pytest.raises(AssertionError, match="requires \\['removed'\\]"):
         same_shape({"x": {"name": "x"}}, dict[str, views.RemovedView])
+
+
+def test_a_job_request_names_the_fields_the_server_takes() -> None:
+    """JobRequest mirrors the route's body (which the server keeps, with its bounds): a field
+    renamed or added on one side only fails here, not as a 400 in a user's script."""
+    from service.api.routes.jobs import InputBody, JobBody
+
+    def names(kind: type) -> set[str]:
+        return {f.encode_name for f in msgspec.structs.fields(kind)}
+
+    assert names(JobRequest) == names(JobBody)
+    assert names(InputRequest) == names(InputBody)
