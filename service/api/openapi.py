@@ -65,6 +65,15 @@ def _ecma(pattern: str) -> str:
     return re.sub(r"\\[AZ]", lambda m: "^" if m[0] == "\\A" else "$", pattern)
 
 
+def handlers(app: Litestar) -> list[HTTPRouteHandler]:
+    return [
+        handler
+        for route in app.routes
+        for handler in getattr(route, "route_handlers", ())
+        if isinstance(handler, HTTPRouteHandler)
+    ]
+
+
 def structs(app: Litestar) -> set[type[msgspec.Struct]]:
     """The Structs the app's handlers take as bodies or answer with."""
     found: set[type[msgspec.Struct]] = set()
@@ -75,13 +84,31 @@ def structs(app: Litestar) -> set[type[msgspec.Struct]]:
         for arg in typing.get_args(annotation):
             walk(arg)
 
-    for route in app.routes:
-        for handler in getattr(route, "route_handlers", ()):
-            if isinstance(handler, HTTPRouteHandler):
-                if handler.parsed_data_field is not None:
-                    walk(handler.parsed_data_field.annotation)
-                walk(handler.parsed_fn_signature.return_type.annotation)
+    for handler in handlers(app):
+        if handler.parsed_data_field is not None:
+            walk(handler.parsed_data_field.annotation)
+        walk(handler.parsed_fn_signature.return_type.annotation)
     return found
+
+
+def _bodies(app: Litestar, doc: dict[str, Any]) -> None:
+    """Each JSON request body as msgspec has it (a list's own bounds: at most MAX_BATCH jobs)."""
+    declared = {
+        h.operation_id: h.parsed_data_field.annotation
+        for h in handlers(app)
+        if h.parsed_data_field is not None and isinstance(h.operation_id, str)
+    }
+    for item in doc.get("paths", {}).values():
+        for op in item.values():
+            if not isinstance(op, dict) or op.get("operationId") not in declared:
+                continue
+            annotation = declared[op["operationId"]]
+            content = op.get("requestBody", {}).get("content", {})
+            if "application/json" in content:
+                (schema,), _ = msgspec.json.schema_components(
+                    [annotation], ref_template=REF + "{name}"
+                )
+                content["application/json"]["schema"] = schema
 
 
 def document(app: Litestar) -> dict[str, Any]:
@@ -97,6 +124,7 @@ def document(app: Litestar) -> dict[str, Any]:
     )
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas.update({name: s for name, s in exact.items() if name in schemas})
+    _bodies(app, doc)
     return typing.cast("dict[str, Any]", _patterns(doc))
 
 
