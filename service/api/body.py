@@ -6,8 +6,9 @@ string (Postgres text cannot hold one, and an environment variable cannot either
 capped. The same Struct is the body's schema in the OpenAPI document.
 
 Litestar's own decoding converts leniently (`"3"` would pass for 3), so `StrictRequest.json`
-decodes the body with msgspec, strictly, into the handler's declared type: a body out of
-bounds never reaches the domain, and the answer names the field at fault.
+converts the body with msgspec, strictly, into the handler's declared type: a body out of
+bounds never reaches the domain, and the answer names the field at fault. A number written
+with a fraction that is whole (`3.0`) is an integer, as JSON Schema has it.
 """
 
 import re
@@ -29,6 +30,9 @@ Arg = Annotated[str, msgspec.Meta(max_length=128 * 1024, pattern=NO_NUL)]
 Source = Annotated[str, msgspec.Meta(max_length=4 * 1024 * 1024, pattern=NO_NUL)]
 Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 Seconds = Annotated[float, msgspec.Meta(ge=0, le=366 * 86400)]  # finite: NaN and inf fail
+
+# A name in a path or query (a tenant, secret or token): the bounds of `Name`, for Litestar.
+NAME_PARAM: dict[str, Any] = {"min_length": 1, "max_length": 128, "pattern": NAME}
 
 BODY_REQUIRED = "a JSON body is required"
 _AT = re.compile(r" - at `\$(?P<path>[^`]*)`\Z")
@@ -52,6 +56,19 @@ def invalid(message: str, field: str | None) -> ValidationException:
     return ValidationException(message, extra=[{"message": message, "key": field or ""}])
 
 
+def _number(text: str) -> int | float:
+    """A JSON number with a fraction or exponent: an int when it is one (`3.0`, `1e2`).
+
+    JSON Schema counts 3.0 as an integer, so a client may send it for one; anything else
+    stays a float (and fails an integer field, naming it).
+    """
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
+_JSON = msgspec.json.Decoder(float_hook=_number)
+
+
 class StrictRequest(Request[Any, Any, Any]):
     """The app's request class: JSON bodies decode strictly into the handler's `data` type."""
 
@@ -63,8 +80,10 @@ class StrictRequest(Request[Any, Any, Any]):
         if not raw.strip():
             raise invalid(BODY_REQUIRED, None)
         try:
-            return msgspec.json.decode(raw, type=declared.annotation)
-        except msgspec.ValidationError as exc:  # "Expected `int` <= 2147483647 - at `$.priority`"
-            raise invalid(f"invalid body: {exc}", field_of(str(exc))) from None
+            parsed = _JSON.decode(raw)
         except msgspec.DecodeError as exc:
             raise invalid(f"malformed JSON: {exc}", None) from None
+        try:  # strict: "3" is no number, and nothing unknown or out of bounds passes
+            return msgspec.convert(parsed, declared.annotation, strict=True)
+        except msgspec.ValidationError as exc:  # "Expected `int` <= 2147483647 - at `$.priority`"
+            raise invalid(f"invalid body: {exc}", field_of(str(exc))) from None

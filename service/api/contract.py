@@ -5,8 +5,9 @@ A followed output is NDJSON and a blob is octet-stream; the operation classes be
 Every error answer is views.ErrorView. `errors(...)` names those an operation can give besides
 the ones every operation can: 400 (a parameter or body that does not validate, a NUL in the
 URL), and, past the guard, 401 (no or a bad credential), 403 (the role lacks the permission)
-and 503 (the database is not reachable). tests/integration/test_openapi.py fails when a route
-answers a status its operation does not declare.
+and 503 (the database is not reachable). Every in-process API test fails when a route answers
+a status its operation does not declare (tests/openapi_check.py, hooked in by
+tests/integration/conftest.py).
 """
 
 from dataclasses import dataclass

@@ -13,10 +13,13 @@ the proxy in front of it sets.
 
 import copy
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
-from litestar import Request, Router
+import msgspec
+from litestar import Litestar, Request, Router
+from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import (
     JsonRenderPlugin,
@@ -28,9 +31,11 @@ from litestar.openapi.plugins import (
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 
+from service import views
 from service.config import Config
 
 PATH = "/schema"
+REF = "#/components/schemas/"
 ASSETS_DIR = Path(__file__).parent / "openapi_assets"
 ASSETS = f"{PATH}/assets"
 FAVICON = f"<link rel='icon' type='image/png' href='{ASSETS}/swagger-ui/favicon-32x32.png'>"
@@ -60,11 +65,78 @@ def _ecma(pattern: str) -> str:
     return re.sub(r"\\[AZ]", lambda m: "^" if m[0] == "\\A" else "$", pattern)
 
 
-class _Served(OpenAPIRenderPlugin):
-    """Renders the corrected document (see the module docstring)."""
+def handlers(app: Litestar) -> list[HTTPRouteHandler]:
+    return [
+        handler
+        for route in app.routes
+        for handler in getattr(route, "route_handlers", ())
+        if isinstance(handler, HTTPRouteHandler)
+    ]
 
-    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
-        return super().render(request, _patterns(copy.deepcopy(openapi_schema)))  # type: ignore[safe-super]
+
+def structs(app: Litestar) -> set[type[msgspec.Struct]]:
+    """The Structs the app's handlers take as bodies or answer with."""
+    found: set[type[msgspec.Struct]] = set()
+
+    def walk(annotation: Any) -> None:  # noqa: ANN401  (any annotation)
+        if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
+            found.add(annotation)
+        for arg in typing.get_args(annotation):
+            walk(arg)
+
+    for handler in handlers(app):
+        if handler.parsed_data_field is not None:
+            walk(handler.parsed_data_field.annotation)
+        walk(handler.parsed_fn_signature.return_type.annotation)
+    return found
+
+
+def _bodies(app: Litestar, doc: dict[str, Any]) -> None:
+    """Each JSON request body as msgspec has it (a list's own bounds: at most MAX_BATCH jobs)."""
+    declared = {
+        h.operation_id: h.parsed_data_field.annotation
+        for h in handlers(app)
+        if h.parsed_data_field is not None and isinstance(h.operation_id, str)
+    }
+    for item in doc.get("paths", {}).values():
+        for op in item.values():
+            if not isinstance(op, dict) or op.get("operationId") not in declared:
+                continue
+            annotation = declared[op["operationId"]]
+            content = op.get("requestBody", {}).get("content", {})
+            if "application/json" in content:
+                (schema,), _ = msgspec.json.schema_components(
+                    [annotation], ref_template=REF + "{name}"
+                )
+                content["application/json"]["schema"] = schema
+
+
+def document(app: Litestar) -> dict[str, Any]:
+    """The document as served: Litestar's paths, msgspec's own schema of every Struct.
+
+    Litestar's schemas of Structs drop the bounds of items and keys (`list[Name]` is a list of
+    any strings there); msgspec's keep every one the decoder checks, so they replace them.
+    """
+    doc = copy.deepcopy(app.openapi_schema.to_schema())
+    every = structs(app) | {views.ErrorView}  # the error shape is declared, not returned
+    _, exact = msgspec.json.schema_components(
+        sorted(every, key=lambda t: t.__name__), ref_template=REF + "{name}"
+    )
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    schemas.update({name: s for name, s in exact.items() if name in schemas})
+    _bodies(app, doc)
+    return typing.cast("dict[str, Any]", _patterns(doc))
+
+
+class _Served(OpenAPIRenderPlugin):
+    """Renders the document as served (see `document`), built once per app."""
+
+    _document: dict[str, Any] | None = None
+
+    def render(self, request: Request[Any, Any, Any], _: dict[str, Any]) -> bytes:
+        if self._document is None:
+            self._document = document(request.app)
+        return super().render(request, self._document)  # type: ignore[safe-super]
 
 
 class Json(_Served, JsonRenderPlugin):

@@ -140,6 +140,12 @@ class TestDocument:
         body = doc["components"]["schemas"]["JobBody"]["properties"]
         assert body["max_attempts"]["minimum"] == 1 and body["max_attempts"]["maximum"] == 100
         assert body["priority"]["maximum"] == 2**31 - 1
+        # Bounds of items and of a whole batch, which Litestar's own schemas would drop.
+        assert body["labels"]["items"]["maxLength"] == 256
+        tenants = doc["components"]["schemas"]["TokenBody"]["properties"]["tenants"]["items"]
+        assert tenants["minLength"] == 1 and tenants["pattern"].startswith("^")
+        batch = json.dumps(doc["paths"]["/api/v1/jobs"]["post"]["requestBody"])
+        assert '"maxItems": 5000' in batch
 
     def test_patterns_are_ecma(self, doc):
         """No Python-only anchor (\\A, \\Z) is left in a pattern: JSON Schema regexes are ECMA."""

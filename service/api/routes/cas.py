@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from litestar import Request, Response, get, head, put
 from litestar.params import FromQuery, HeaderParameter, PathParameter, QueryParameter
 
-from service.api import cas_wire, contract, deps
+from service.api import body, cas_wire, contract, deps
 from service.auth.permissions import Perm
 from service.domain import artifacts
 from service.views import StoredView
@@ -35,7 +35,7 @@ Sha256 = Annotated[
 ]
 Tenant = Annotated[
     str | None,
-    QueryParameter(description="whose blob (default: the caller's tenant)", max_length=128),
+    QueryParameter(description="whose blob (default: the caller's tenant)", **body.NAME_PARAM),
 ]
 Range = Annotated[
     str | None,

@@ -1,6 +1,6 @@
 """/api/v1/workers, /api/v1/pools, /api/v1/status: the fleet and its capacity."""
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from litestar import delete, get, post
@@ -92,7 +92,9 @@ async def list_workers(db: deps.Db, caller: deps.Caller, pools: deps.Pools) -> l
 )
 async def set_worker_state(
     name: WorkerName,
-    action: Annotated[str, PathParameter(description="drain, disable or enable")],
+    action: Annotated[
+        Literal["drain", "disable", "enable"], PathParameter(description="the order")
+    ],
     db: deps.Db,
     caller: deps.Caller,
     request_id: deps.RequestId,

@@ -27,6 +27,9 @@ from service.views import (
 )
 
 MAX_ID = 2**63 - 1
+# Chunk ids will not reach 2**53 (the largest integer a JSON number holds exactly in every
+# client), and the document can state it exactly (2**63 - 1 rounds up as a double).
+MAX_CURSOR = 2**53
 # An input lands in the job's folder under its name: a file name, never "." or "..".
 INPUT_NAME = r"\A(?!\.\.?\Z)[^/\x00]{1,255}\Z"
 
@@ -186,7 +189,7 @@ async def list_jobs(
     job_state: Annotated[
         JobState | None, QueryParameter(name="state", description="only jobs in this state")
     ] = None,
-    tenant: Annotated[str | None, QueryParameter(max_length=128)] = None,
+    tenant: Annotated[str | None, QueryParameter(**body.NAME_PARAM)] = None,
     limit: Annotated[int, QueryParameter(ge=1, le=10000)] = 100,
 ) -> list[JobView]:
     """The newest jobs the caller may see, of one state or tenant when asked."""
@@ -245,7 +248,9 @@ async def logs(
     db: deps.Db,
     caller: deps.Caller,
     cas: deps.Cas,
-    after: Annotated[int, QueryParameter(ge=0, le=MAX_ID, description="chunks after this id")] = 0,
+    after: Annotated[
+        int, QueryParameter(ge=0, le=MAX_CURSOR, description="chunks after this id")
+    ] = 0,
     follow: Annotated[bool, QueryParameter(description="stream NDJSON until the job ends")] = False,
     encoding: FromQuery[Literal["text", "base64"]] = "text",
 ) -> LogsView | Stream:

@@ -22,7 +22,9 @@ from service.views import LimitUnsetView, LimitView
 
 Key = Annotated[
     str,
-    PathParameter(description="pools.NAME.FIELD or tenants.NAME.FIELD", max_length=512),
+    PathParameter(
+        description="pools.NAME.FIELD or tenants.NAME.FIELD", max_length=core_limits.MAX_KEY
+    ),
 ]
 
 

@@ -11,7 +11,7 @@ from service.auth.permissions import Perm
 from service.domain import secrets
 from service.views import RemovedView, SecretSetView, SecretView
 
-SecretName = Annotated[str, PathParameter(description="the secret's name", max_length=128)]
+SecretName = Annotated[str, PathParameter(description="the secret's name", **body.NAME_PARAM)]
 
 
 class SecretBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

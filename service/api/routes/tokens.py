@@ -89,7 +89,7 @@ async def list_tokens(db: deps.Db, caller: deps.Caller) -> list[TokenView]:
 )
 async def revoke(
     *,
-    name: Annotated[str, PathParameter(description="the token's name", max_length=128)],
+    name: Annotated[str, PathParameter(description="the token's name", **body.NAME_PARAM)],
     db: deps.Db,
     caller: deps.Caller,
     request_id: deps.RequestId,
