@@ -1,4 +1,4 @@
-"""The running server, one asyncio program.
+"""What `berth serve` runs (cli/serve.py parses and starts it): the server, one asyncio program.
 
 uvicorn, the hub, LISTEN, the leader's loops and the built-in worker, stopped together on
 SIGTERM/SIGINT.
@@ -30,7 +30,7 @@ from service.background.provision import Provision
 from service.background.silence import ExpireSilent
 from service.background.supervisor import run_when_leader
 from service.cli.client import CliError, remove_server_url, write_server_url
-from service.cli.database import database_errors
+from service.cli.ops_db import database_errors
 from service.config import Config, home
 from service.core.errors import BerthError, Unavailable
 from service.core.exits import Exit
