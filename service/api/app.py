@@ -5,9 +5,8 @@ is set on the runtime here.
 """
 
 from litestar import Litestar
-from litestar.openapi import OpenAPIConfig
 
-from service.api import errors, guards, observe, worker_socket
+from service.api import body, deps, errors, guards, observe, openapi, worker_socket
 from service.api.routes import (
     approvals,
     audit,
@@ -71,8 +70,10 @@ def create_app(rt: Runtime) -> Litestar:
         guards=[guards.require_perm],
         middleware=[observe.count_requests(rt.metrics)],
         template_config=ui_render.TEMPLATES,
+        dependencies=deps.DEPENDENCIES,
+        request_class=body.StrictRequest,
         exception_handlers=errors.HANDLERS,  # type: ignore[arg-type]
-        openapi_config=OpenAPIConfig(title="berth", version=rt.version, path="/schema"),
+        openapi_config=openapi.config(rt.config, rt.version),
         state={"runtime": rt},  # type: ignore[arg-type]
         debug=False,
         logging_config=None,  # structlog is configured by `berth serve` (service.log)

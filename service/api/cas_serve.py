@@ -3,7 +3,7 @@
 The contract is service/cas/http.py's docstring, under `/cas`: `.id`, `.list`, HEAD, GET (with
 ranges, whole reads verified as they stream), PUT (checked against the name) and DELETE. There
 are no tenants here: it answers only the installation's servers and workers, which present
-`server_store.serve_key(secret key)` as their bearer (a server derives it; a worker gets it in its
+`artifacts.serve_key(secret key)` as their bearer (a server derives it; a worker gets it in its
 welcome), compared in constant time. A missing key is 401, a wrong one 403; no tenant holds it,
 so tenants reach blobs only through a server's /api/v1/cas (SPEC 3).
 """
@@ -22,6 +22,7 @@ from service.api.identity import Conn, bearer
 from service.core.errors import Forbidden, NotFound, Unauthenticated
 from service.domain.artifacts import blobs
 from service.domain.artifacts.server_store import ServerStore
+from service.views import StoredView
 
 BASE = "/cas"
 BLOB = f"{BASE}/{{sha256:str}}"
@@ -73,9 +74,7 @@ async def get_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> Re
 
 
 @put(BLOB, request_max_body_size=None)  # streamed to the store: any size
-async def put_blob(
-    request: Request[Any, Any, Any], sha256: FromPath[str]
-) -> Response[dict[str, Any]]:
+async def put_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> Response[StoredView]:
     result = await blobs.write(_server(request), sha256, request.stream())
     return cas_wire.stored(result)
 

@@ -23,6 +23,7 @@ from service.core.errors import Invalid
 from service.domain.artifacts import blobs
 from service.domain.artifacts.blobs import Stored
 from service.domain.artifacts.server_store import ServerStore
+from service.views import ErrorView, StoredView
 
 log = structlog.get_logger(__name__)
 
@@ -85,25 +86,25 @@ def head(size: int) -> Response[None]:
     return cast("Response[None]", answer)
 
 
-def stored(result: Stored) -> Response[dict[str, Any]]:
+def stored(result: Stored) -> Response[StoredView]:
     """The answer to a PUT, once the blob is durable: 201 stored, 200 it was there.
 
     Only for the installation (`berth cas serve`): a tenant must not learn from it whether
     another tenant stored the same bytes (`kept`).
     """
     return Response(
-        {"sha256": result.sha256, "size": result.size},
+        StoredView(sha256=result.sha256, size=result.size),
         status_code=201 if result.created else 200,
     )
 
 
-def kept(result: Stored) -> Response[dict[str, Any]]:
+def kept(result: Stored) -> Response[StoredView]:
     """The answer to a tenant's (or worker's) PUT, once the blob is durable: always 201.
 
     Security: the same status and body whether or not the store had the blob, so a tenant
     cannot confirm a guess of another tenant's file by uploading it.
     """
-    return Response({"sha256": result.sha256, "size": result.size}, status_code=201)
+    return Response(StoredView(sha256=result.sha256, size=result.size), status_code=201)
 
 
 def content_length(request: Request[Any, Any, Any]) -> int | None:
@@ -116,7 +117,7 @@ def store_id(store_id: str) -> Response[str]:
     return Response(store_id + "\n", media_type=MediaType.TEXT)
 
 
-def _cas_error(_: Request[Any, Any, Any], exc: base.CasError) -> Response[dict[str, object]]:
+def _cas_error(_: Request[Any, Any, Any], exc: base.CasError) -> Response[ErrorView]:
     """A store failure the domain did not turn into a BerthError."""
     if isinstance(exc, base.BadName):
         return errors.body(str(exc), 400)

@@ -14,7 +14,20 @@ import traceback
 from collections.abc import Sequence
 
 from service import __version__
-from service.cli import approval, cas, db, job, limits, ops, serve, simple, token, worker
+from service.cli import (
+    approval,
+    audit,
+    cas,
+    db,
+    job,
+    limits,
+    pool,
+    secret,
+    serve,
+    status,
+    token,
+    worker,
+)
 from service.cli.client import CliError
 from service.core import exits
 from service.core.exits import Exit
@@ -61,9 +74,11 @@ def parser() -> argparse.ArgumentParser:
     token.add(sub)
     worker.add(sub)
     job.add(sub)
-    simple.add(sub)
+    pool.add(sub)
+    status.add(sub)
     limits.add(sub)
-    ops.add(sub)
+    secret.add(sub)
+    audit.add(sub)
     cas.add(sub)
     approval.add(sub)
     return p

@@ -6,11 +6,14 @@ here; with `[pools.P] approvals = "four-eyes"` (the default) that member is not 
 """
 
 import argparse
+from datetime import datetime
 from typing import Any
 
-from service.cli.client import Client, add_server_arg, listing, print_json
+from service import views
+from service.cli.client import add_server_arg, connect, listing, print_json
 
 STATES = ("pending", "approved", "denied", "timed_out", "closed", "all")
+TIME = "%Y-%m-%d %H:%M:%S"
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -38,27 +41,24 @@ def add(sub: Any) -> None:  # noqa: ANN401
         a.set_defaults(func=answer, approve=approve)
 
 
-def _line(a: dict[str, Any]) -> list[str]:
+def _line(a: views.ApprovalView) -> list[str]:
     return [
-        str(a["id"]),
-        a["state"],
-        str(a["job"]),
-        a["tenant"],
-        a["created_at"][:19].replace("T", " "),
-        a["deadline"][:19].replace("T", " "),
-        a["answered_by"] or "-",
-        a["title"],
+        str(a.id),
+        a.state,
+        str(a.job),
+        a.tenant,
+        a.created_at.strftime(TIME),
+        a.deadline.strftime(TIME),
+        a.answered_by or "-",
+        a.title,
     ]
 
 
 def list_approvals(args: argparse.Namespace) -> int:
-    found = Client(args.server).call(
-        "GET",
-        "/api/v1/approvals",
-        state=None if args.state == "all" else args.state,
-        job=args.job,
-        limit=args.limit,
-    )
+    with connect(args.server) as client:
+        found = client.approvals(
+            state=None if args.state == "all" else args.state, job=args.job, limit=args.limit
+        )
     return listing(
         args,
         found,
@@ -67,7 +67,7 @@ def list_approvals(args: argparse.Namespace) -> int:
     )
 
 
-def _print(a: dict[str, Any]) -> None:
+def _print(a: views.ApprovalView) -> None:
     for key in (
         "id",
         "state",
@@ -84,12 +84,15 @@ def _print(a: dict[str, Any]) -> None:
         "answered_at",
         "reason",
     ):
-        value = a.get(key)
+        value = getattr(a, key)
+        if isinstance(value, datetime):
+            value = value.isoformat()
         print(f"{key:12} {value if value not in (None, '') else '-'}")
 
 
 def show(args: argparse.Namespace) -> int:
-    found = Client(args.server).call("GET", f"/api/v1/approvals/{args.id}")
+    with connect(args.server) as client:
+        found = client.approval(args.id)
     if args.json:
         print_json(found)
     else:
@@ -98,12 +101,13 @@ def show(args: argparse.Namespace) -> int:
 
 
 def answer(args: argparse.Namespace) -> int:
-    verb = "approve" if args.approve else "deny"
-    out = Client(args.server).call(
-        "POST", f"/api/v1/approvals/{args.id}/{verb}", {"reason": args.reason}
-    )
+    with connect(args.server) as client:
+        if args.approve:
+            out = client.approve(args.id, reason=args.reason)
+        else:
+            out = client.deny(args.id, reason=args.reason)
     if args.json:
         print_json(out)
     else:
-        print(f"approval {out['id']} {out['state']}: job {out['job']} ({out['title']})")
+        print(f"approval {out.id} {out.state}: job {out.job} ({out.title})")
     return 0

@@ -15,7 +15,7 @@ from typing import Any
 
 from service.cas import base
 from service.cli import transfer
-from service.cli.client import Client, CliError, add_server_arg
+from service.cli.client import CliError, add_server_arg, connect
 from service.core.errors import Invalid
 
 DEFAULT_LISTEN = "127.0.0.1:7701"
@@ -59,14 +59,14 @@ def serve(args: argparse.Namespace) -> int:
             '{ cert = "...", key = "..." }, or tls = "proxy" when a proxy ends TLS; '
             "only a loopback address may go without"
         )
-    from service.cli import cas_server  # noqa: PLC0415
+    from service.cli import cas_serve_process  # noqa: PLC0415
 
-    return cas_server.main(cfg, host=host, port=port)
+    return cas_serve_process.main(cfg, host=host, port=port)
 
 
 def put(args: argparse.Namespace) -> int:
-    client = Client(args.server)
-    print(transfer.upload(client, args.file, tenant=args.tenant)["sha256"])
+    with connect(args.server) as client:
+        print(transfer.upload(client, args.file, tenant=args.tenant).sha256)
     return 0
 
 
@@ -78,5 +78,6 @@ def get(args: argparse.Namespace) -> int:
     out: Path | None = args.out
     if out is not None and out.is_dir():
         out /= sha256
-    transfer.download(Client(args.server), sha256, out, tenant=args.tenant)
+    with connect(args.server) as client:
+        transfer.download(client, sha256, out, tenant=args.tenant)
     return 0

@@ -1,4 +1,4 @@
-"""The HTTP client the commands share: server URL, credential, JSON in and out, clear errors.
+"""What the commands share: the server URL, the credential, the client, output, clear errors.
 
 Which server: `--server`, else BERTH_SERVER, else the URL a local `berth serve` wrote to
 `$BERTH_HOME/server.url` when it started, else http://127.0.0.1:8443 (SPEC section 2).
@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import msgspec
 
 from service.auth.tokens import NOT_A_TOKEN
+from service.client import ApiError, BerthClient, Unreachable
 from service.core.exits import Exit, for_status
 
 DEFAULT_SERVER = "http://127.0.0.1:8443"
@@ -86,98 +86,49 @@ def _checked(token: str, where: str) -> str:
     return token
 
 
-class Client:
-    def __init__(self, server: str | None) -> None:
-        self.server, self._server_from = server_url(server)
-        token, self._credential_from = credential()
-        self._http = httpx.Client(
-            base_url=self.server,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(30.0, read=None),
-            # verify=True with trust_env honours SSL_CERT_FILE for a private CA.
-        )
+@contextlib.contextmanager
+def connect(server: str | None) -> Iterator[BerthClient]:
+    """The typed client (service/client) for the server and credential found as above.
 
-    def unreachable(self, exc: Exception, verb: str = "cannot reach") -> CliError:
-        """The one line for a server that does not answer, saying where its URL came from."""
-        where = {
-            "--server": "",
-            "BERTH_SERVER": " (from BERTH_SERVER)",
-            DEFAULT: f" (the default: no BERTH_SERVER, and no $BERTH_HOME/{URL_FILE} from a "
-            "running `berth serve`)",
-        }.get(self._server_from, f" (from {self._server_from}: is that `berth serve` running?)")
-        return CliError(f"{verb} the server at {self.server}{where}: {exc}", Exit.UNREACHABLE)
-
-    def call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:  # noqa: ANN401
+    What goes wrong inside the `with` is said in one line: an error answer as the server wrote
+    it (a 401 naming where the credential came from, never the credential), no answer naming
+    where the server's URL came from.
+    """
+    url, url_from = server_url(server)
+    token, token_from = credential()
+    # verify=True with trust_env honours SSL_CERT_FILE for a private CA.
+    with BerthClient(url, token) as client:
         try:
-            r = self._http.request(
-                method,
-                path,
-                content=msgspec.json.encode(body) if body is not None else None,
-                headers={"content-type": "application/json"} if body is not None else None,
-                params={k: v for k, v in params.items() if v is not None},
-            )
-        except httpx.HTTPError as exc:
-            raise self.unreachable(exc) from None
-        return self.result(r)
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: dict[str, str] | None = None,
-        content: Any = None,  # noqa: ANN401  (bytes or an iterator of them)
-        timeout: float | None = 30.0,
-    ) -> httpx.Response:
-        """A raw request (its response is the caller's to read); unreachable is one line."""
-        try:
-            return self._http.request(method, path, params=params, content=content, timeout=timeout)
-        except httpx.HTTPError as exc:
-            raise self.unreachable(exc) from None
-
-    def stream(
-        self, method: str, path: str, params: dict[str, str]
-    ) -> contextlib.AbstractContextManager[httpx.Response]:
-        """A streamed response, to be read inside `with`."""
-        return self._http.stream(method, path, params=params)
-
-    def stream_lines(self, path: str, **params: Any) -> Iterator[dict[str, Any]]:  # noqa: ANN401
-        try:
-            with self._http.stream("GET", path, params=params) as r:
-                if r.status_code >= 400:
-                    r.read()
-                    self.result(r)
-                for line in r.iter_lines():
-                    if line.strip():
-                        yield msgspec.json.decode(line)
-        except httpx.HTTPError as exc:
-            raise self.unreachable(exc, "lost") from None
-
-    def result(self, r: httpx.Response) -> Any:  # noqa: ANN401
-        """`result(r)`, a refusal naming the credential's source (never the credential)."""
-        try:
-            return result(r)
-        except CliError as exc:
-            if r.status_code != 401:
-                raise
-            if str(exc) == NOT_A_TOKEN:
-                raise CliError(f"{self._credential_from} is {NOT_A_TOKEN}", exc.code) from None
-            raise CliError(f"{self._credential_from}: {exc}", exc.code) from None
+            yield client
+        except Unreachable as exc:
+            raise unreachable(url, url_from, exc.message, "lost" if exc.lost else None) from None
+        except ApiError as exc:
+            raise refusal(exc, token_from) from None
 
 
-def result(r: httpx.Response) -> Any:  # noqa: ANN401
-    """The JSON of a response, or the CliError its error body names."""
-    try:
-        data = r.json() if r.content else None
-    except ValueError:
-        data = None
-    if r.status_code >= 400:
-        message = data.get("error") if isinstance(data, dict) else None
-        raise CliError(message or f"HTTP {r.status_code}", for_status(r.status_code))
-    return data
+def unreachable(url: str, url_from: str, why: str, verb: str | None = None) -> CliError:
+    """The one line for a server that does not answer, saying where its URL came from."""
+    where = {
+        "--server": "",
+        "BERTH_SERVER": " (from BERTH_SERVER)",
+        DEFAULT: f" (the default: no BERTH_SERVER, and no $BERTH_HOME/{URL_FILE} from a "
+        "running `berth serve`)",
+    }.get(url_from, f" (from {url_from}: is that `berth serve` running?)")
+    return CliError(f"{verb or 'cannot reach'} the server at {url}{where}: {why}", Exit.UNREACHABLE)
+
+
+def refusal(exc: ApiError, token_from: str) -> CliError:
+    """An error answer as one line; a 401 names the credential's source (never the credential)."""
+    code = for_status(exc.status)
+    if exc.status != 401:
+        return CliError(exc.message, code)
+    if exc.message == NOT_A_TOKEN:
+        return CliError(f"{token_from} is {NOT_A_TOKEN}", code)
+    return CliError(f"{token_from}: {exc.message}", code)
 
 
 def print_json(data: Any) -> None:  # noqa: ANN401
+    """Views (and plain data) as indented JSON, the shape the API answers with."""
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(data)).decode() + "\n")
 
 

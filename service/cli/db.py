@@ -2,7 +2,7 @@
 
 They work on the configured database directly, with no server and no credential but the
 database's own: `[database] url` / BERTH_DATABASE_URL, else the embedded Postgres under
-$BERTH_HOME (cli/database.py). `admin-token` is the way back in when no admin token is left.
+$BERTH_HOME (cli/ops_db.py). `admin-token` is the way back in when no admin token is left.
 """
 
 import argparse
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.client import CliError
-from service.cli.database import ops_url
+from service.cli.ops_db import ops_url
 
 
 def add(sub: Any) -> None:  # noqa: ANN401

@@ -5,14 +5,18 @@ import base64
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
+from msgspec import UNSET
 
+from service import views
 from service.cli import exec as exec_cli
 from service.cli import transfer
-from service.cli.client import Client, CliError, add_server_arg, listing, print_json
+from service.cli.client import CliError, add_server_arg, connect, listing, print_json
+from service.client import BerthClient, InputRequest, JobRequest
 from service.core import resources
 from service.core.exits import Exit
 from service.core.states import JobState, exit_status
@@ -126,75 +130,74 @@ def _secrets(items: list[str]) -> dict[str, str]:
     return out
 
 
-def body_of(args: argparse.Namespace) -> dict[str, Any]:
+def body_of(args: argparse.Namespace) -> JobRequest:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    body: dict[str, Any] = {
-        "kind": args.kind,
-        "labels": args.labels,
-        "device_policy": args.device_policy,
-        "env": _pairs(args.env, "--env"),
-        "secrets": _secrets(args.secret),
-        "timeout_seconds": args.timeout,
-        "max_attempts": args.max_attempts,
-        "priority": args.priority,
-    }
-    if args.repo:
-        body["repo"] = args.repo
-    body |= _resources(args)
-    if args.pool:
-        body["pool"] = args.pool
-    if args.tenant:
-        body["tenant"] = args.tenant
+    body = JobRequest(
+        kind=args.kind,
+        labels=args.labels,
+        device_policy=args.device_policy,
+        env=_pairs(args.env, "--env"),
+        secrets=_secrets(args.secret),
+        timeout_seconds=args.timeout,
+        max_attempts=args.max_attempts,
+        priority=args.priority,
+        repo=args.repo or UNSET,
+        pool=args.pool or UNSET,
+        tenant=args.tenant or UNSET,
+    )
+    _resources(args, body)
     if args.python:
         if command:
             raise CliError("give either --python FILE or a command, not both")
         try:
-            body["python"] = Path(args.python).read_text()
+            body.python = Path(args.python).read_text()
         except OSError as exc:
             raise CliError(f"cannot read {args.python}: {exc.strerror}") from None
     elif not command:
         raise CliError("no command: berth job submit [options] -- COMMAND [ARG...]")
     else:
-        body["command"] = command
+        body.command = command
     return body
 
 
-def _resources(args: argparse.Namespace) -> dict[str, Any]:
-    """--cpus, --memory, --gpus as the API takes them (those not given: the pool's default)."""
-    out: dict[str, Any] = {}
+def _resources(args: argparse.Namespace, body: JobRequest) -> None:
+    """--cpus, --memory, --gpus onto the request (those not given: the pool's default)."""
     try:
         if args.cpus is not None:
-            out["cpus"] = resources.check_cpus(args.cpus, what="--cpus")
+            body.cpus = resources.check_cpus(args.cpus, what="--cpus")
         if args.memory is not None:
-            out["memory_mb"] = resources.parse_size(args.memory)
+            body.memory_mb = resources.parse_size(args.memory)
         if args.gpus is not None:
-            out["gpus"] = resources.check_gpus(args.gpus, what="--gpus")
+            body.gpus = resources.check_gpus(args.gpus, what="--gpus")
     except resources.BadSize as exc:
         raise CliError(str(exc).replace("memory ", "--memory ", 1)) from None
-    return out
 
 
 def submit(args: argparse.Namespace) -> int:
-    client = Client(args.server)
+    with connect(args.server) as client:
+        return _submit(client, args)
+
+
+def _submit(client: BerthClient, args: argparse.Namespace) -> int:
     body = body_of(args)
     inputs = [transfer.upload(client, Path(p), tenant=args.tenant) for p in args.input]
     if inputs:
-        names = [i["name"] for i in inputs]
+        names = [i.name for i in inputs]
         if len(set(names)) != len(names):
             raise CliError("two inputs share a name: each lands in the job's folder by its name")
-        body["inputs"] = [{k: i[k] for k in ("name", "sha256", "kind")} for i in inputs]
-        sent = sum(i["sent"] for i in inputs)
+        body.inputs = [InputRequest(name=i.name, sha256=i.sha256, kind=i.kind) for i in inputs]
+        sent = sum(i.sent for i in inputs)
         sys.stderr.write(f"inputs: {len(inputs)}, {sent} bytes sent\n")
-    job = client.call("POST", "/api/v1/jobs", body)
+    job = client.submit_job(body)
     if not args.wait:
         if args.json:
             print_json(job)
         else:
-            print(job["id"])
+            print(job.id)
         return 0
-    job_id = job["id"]
+    job_id = job.id
     # stdout is the job's: its id goes to stderr, so a job that never starts still has a name.
     sys.stderr.write(f"berth: job {job_id} submitted; waiting for it to end\n")
     sys.stderr.flush()
@@ -205,14 +208,16 @@ def submit(args: argparse.Namespace) -> int:
     return interruptible(client, job_id, args.cancel_on_interrupt, lambda: follow(client, job_id))
 
 
-def interruptible(client: Client, job_id: int, cancel: bool, waiting: Callable[[], int]) -> int:
+def interruptible(
+    client: BerthClient, job_id: int, cancel: bool, waiting: Callable[[], int]
+) -> int:
     """`waiting()`, and on Ctrl-C say that the job goes on (and how to cancel it), or cancel it."""
     try:
         return waiting()
     except KeyboardInterrupt:
         if cancel:
-            job = client.call("POST", f"/api/v1/jobs/{job_id}/cancel")
-            sys.stderr.write(f"berth: job {job_id} {job['state']}: cancelled on interrupt\n")
+            job = client.cancel_job(job_id)
+            sys.stderr.write(f"berth: job {job_id} {job.state}: cancelled on interrupt\n")
         else:
             sys.stderr.write(
                 f"berth: job {job_id} goes on; only the waiting stopped. "
@@ -221,51 +226,48 @@ def interruptible(client: Client, job_id: int, cancel: bool, waiting: Callable[[
         return Exit.INTERRUPTED
 
 
-def follow(client: Client, job_id: int, *, as_json: bool = False) -> int:
+def follow(client: BerthClient, job_id: int, *, as_json: bool = False) -> int:
     """Stream a job's output to our stdout/stderr; return the exit status it ended with.
 
     `as_json`: the server's lines as they come (chunks as text, then the result), one JSON
     object a line.
     """
     after = 0
-    encoding = "text" if as_json else "base64"
+    encoding: Literal["text", "base64"] = "text" if as_json else "base64"
     while True:
-        for line in client.stream_lines(
-            f"/api/v1/jobs/{job_id}/logs", follow="true", after=after, encoding=encoding
-        ):
+        for line in client.follow_logs(job_id, after=after, encoding=encoding):
             if as_json:
                 sys.stdout.write(msgspec.json.encode(line).decode() + "\n")
                 sys.stdout.flush()
-            if "stream" in line:
-                after = line["id"]
+            if isinstance(line, views.ChunkView):
+                after = line.id
                 if not as_json:
                     _write(line)
-            elif "state" in line:
-                state = JobState(line["state"])
-                if state is not JobState.SUCCEEDED and line.get("error") and not as_json:
-                    sys.stderr.write(f"berth: job {job_id} {state}: {line['error']}\n")
-                return exit_status(state, line.get("exit_code"))
+            else:
+                state = JobState(line.state)
+                if state is not JobState.SUCCEEDED and line.error and not as_json:
+                    sys.stderr.write(f"berth: job {job_id} {state}: {line.error}\n")
+                return exit_status(state, line.exit_code)
         time.sleep(0.5)  # the stream ended early (a server restart): pick up where it stopped
 
 
 def list_jobs(args: argparse.Namespace) -> int:
-    jobs = Client(args.server).call(
-        "GET", "/api/v1/jobs", state=args.state, tenant=args.tenant, limit=args.limit
-    )
+    with connect(args.server) as client:
+        jobs = client.list_jobs(state=args.state, tenant=args.tenant, limit=args.limit)
     return listing(
         args,
         jobs,
         [
             [
-                str(j["id"]),
-                j["state"],
-                j["tenant"],
-                j["pool"] or "-",
-                j["kind"],
-                j["worker"] or "-",
-                str(j["attempt"]),
-                "-" if j["exit_code"] is None else str(j["exit_code"]),
-                " ".join(j["command"])[:40] or "(python)",
+                str(j.id),
+                j.state,
+                j.tenant,
+                j.pool or "-",
+                j.kind,
+                j.worker or "-",
+                str(j.attempt),
+                "-" if j.exit_code is None else str(j.exit_code),
+                " ".join(j.command)[:40] or "(python)",
             ]
             for j in jobs
         ],
@@ -274,7 +276,8 @@ def list_jobs(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    job = Client(args.server).call("GET", f"/api/v1/jobs/{args.id}")
+    with connect(args.server) as client:
+        job = client.job(args.id)
     if args.json:
         print_json(job)
         return 0
@@ -296,96 +299,113 @@ def show(args: argparse.Namespace) -> int:
         "finished_at",
         "command",
     ):
-        value = job.get(key)
-        if isinstance(value, list):
-            value = " ".join(value) if value else "-"
+        value = _shown(getattr(job, key))
         print(f"{key:13} {value if value not in (None, '') else '-'}")
-    if job.get("cpus") or job.get("memory_mb") or job.get("gpus"):
+    if job.cpus or job.memory_mb or job.gpus:
         asked = [
-            f"{resources.shown_cpus(job['cpus'])} CPUs" if job.get("cpus") else "",
-            resources.shown_memory(job["memory_mb"]) if job.get("memory_mb") else "",
-            f"{job['gpus']} GPUs" if job.get("gpus") else "",
+            f"{resources.shown_cpus(job.cpus)} CPUs" if job.cpus else "",
+            resources.shown_memory(job.memory_mb) if job.memory_mb else "",
+            f"{job.gpus} GPUs" if job.gpus else "",
         ]
         print(f"{'resources':13} {', '.join(a for a in asked if a)}")
-    if job.get("waiting_for"):
-        print(f"{'waiting for':13} {job['waiting_for']}")
-    for name, number in sorted((job.get("metrics") or {}).items()):
+    if job.waiting_for:
+        print(f"{'waiting for':13} {job.waiting_for}")
+    for name, number in sorted(job.metrics.items()):
         print(f"{'metric':13} {name} = {number:g}")
-    for out in job.get("outputs") or []:
-        print(f"{'output':13} {out['path']} ({out['size']} bytes, {out['sha256'][:12]})")
+    for out in job.outputs:
+        print(f"{'output':13} {out.path} ({out.size} bytes, {out.sha256[:12]})")
     return 0
+
+
+def _shown(value: object) -> object:
+    """A field of `job show` as the API's JSON has it: lists joined, times in ISO 8601."""
+    if isinstance(value, list):
+        return " ".join(value) if value else "-"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
 
 
 def fetch(args: argparse.Namespace) -> int:
     """Download every output of a job into DIR, under the paths the job gave them."""
-    client = Client(args.server)
-    job = client.call("GET", f"/api/v1/jobs/{args.id}")
     root = args.dir.resolve()
     fetched = []
-    for out in job.get("outputs") or []:
-        target = (root / out["path"]).resolve()
-        if not target.is_relative_to(root):  # a path the job chose: never outside DIR
-            raise CliError(f"output {out['path']!r} would land outside {root}")
-        transfer.download(client, out["sha256"], target, tenant=job["tenant"])
-        fetched.append({**out, "file": str(target)})
-        if not args.json:
-            print(target)
+    with connect(args.server) as client:
+        job = client.job(args.id)
+        for out in job.outputs:
+            target = (root / out.path).resolve()
+            if not target.is_relative_to(root):  # a path the job chose: never outside DIR
+                raise CliError(f"output {out.path!r} would land outside {root}")
+            transfer.download(client, out.sha256, target, tenant=job.tenant)
+            fetched.append({**msgspec.structs.asdict(out), "file": str(target)})
+            if not args.json:
+                print(target)
     if args.json:
         print_json(fetched)
     return 0
 
 
 def cancel(args: argparse.Namespace) -> int:
-    job = Client(args.server).call("POST", f"/api/v1/jobs/{args.id}/cancel")
+    with connect(args.server) as client:
+        job = client.cancel_job(args.id)
     if args.json:
         print_json(job)
     else:
-        print(f"job {job['id']}: {job['state']}")
+        print(f"job {job.id}: {job.state}")
     return 0
 
 
 def wait(args: argparse.Namespace) -> int:
-    client = Client(args.server)
-    return interruptible(
-        client, args.id, args.cancel_on_interrupt, lambda: _wait(client, args.id, as_json=args.json)
-    )
+    with connect(args.server) as client:
+        return interruptible(
+            client,
+            args.id,
+            args.cancel_on_interrupt,
+            lambda: _wait(client, args.id, as_json=args.json),
+        )
 
 
-def _wait(client: Client, job_id: int, *, as_json: bool) -> int:
+def _wait(client: BerthClient, job_id: int, *, as_json: bool) -> int:
     while True:
-        job = client.call("GET", f"/api/v1/jobs/{job_id}")
-        state = JobState(job["state"])
+        job = client.job(job_id)
+        state = JobState(job.state)
         if state.terminal:
             if as_json:
                 print_json(job)
-            return exit_status(state, job["exit_code"])
+            return exit_status(state, job.exit_code)
         time.sleep(0.2)
 
 
 def logs(args: argparse.Namespace) -> int:
-    client = Client(args.server)
-    if args.follow:
-        return follow(client, args.id, as_json=args.json)
+    with connect(args.server) as client:
+        if args.follow:
+            return follow(client, args.id, as_json=args.json)
+        return _logs(client, args.id, as_json=args.json)
+
+
+def _logs(client: BerthClient, job_id: int, *, as_json: bool) -> int:
     after = 0
-    encoding = "text" if args.json else "base64"
-    chunks: list[dict[str, Any]] = []
+    encoding: Literal["text", "base64"] = "text" if as_json else "base64"
+    chunks: list[views.ChunkView] = []
     while True:
-        got = client.call("GET", f"/api/v1/jobs/{args.id}/logs", after=after, encoding=encoding)
-        for c in got["chunks"]:
-            if args.json:
+        got = client.logs(job_id, after=after, encoding=encoding)
+        for c in got.chunks:
+            if as_json:
                 chunks.append(c)
             else:
                 _write(c)
-            after = c["id"]
-        if not got["chunks"]:
-            if args.json:
-                print_json({"id": args.id, **got, "chunks": chunks})
+            after = c.id
+        if not got.chunks:
+            if as_json:
+                print_json(
+                    {"id": job_id, "state": got.state, "exit_code": got.exit_code, "chunks": chunks}
+                )
             return 0
 
 
-def _write(chunk: dict[str, Any]) -> None:
+def _write(chunk: views.ChunkView) -> None:
     """Output is bytes: written as the job wrote them, to our stdout or stderr."""
-    out = sys.stdout if chunk["stream"] == "stdout" else sys.stderr
+    out = sys.stdout if chunk.stream == "stdout" else sys.stderr
     out.flush()
-    out.buffer.write(base64.b64decode(chunk["b64"]))
+    out.buffer.write(base64.b64decode(chunk.b64 or ""))
     out.buffer.flush()

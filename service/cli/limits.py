@@ -1,10 +1,11 @@
 """`berth limits set KEY=VALUE --reason TEXT | unset KEY | list`."""
 
 import argparse
+from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
-from service.cli.client import Client, CliError, add_server_arg, listing, print_json
+from service import views
+from service.cli.client import CliError, add_server_arg, connect, listing, print_json
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -35,23 +36,26 @@ def add(sub: Any) -> None:  # noqa: ANN401
     ls.set_defaults(func=list_limits)
 
 
-def _path(key: str) -> str:
+def _key(key: str) -> str:
     if not key:
         raise CliError("a limit needs a KEY, e.g. pools.gpu.slots.default")
-    return f"/api/v1/limits/{quote(key, safe='')}"
+    return key
 
 
 def _shown(value: Any) -> str:  # noqa: ANN401
     return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def limit_line(x: dict[str, Any]) -> str:
+def _at(when: datetime) -> str:
+    return when.isoformat()[:19].replace("T", " ")
+
+
+def limit_line(x: views.LimitView) -> str:
     """One limit for people (`status`, `pool list`): value, berth.toml's, who, when, why."""
-    state = "" if x["in_force"] else f" (NOT IN FORCE: {x.get('not_in_force_because', '')})"
+    state = "" if x.in_force else f" (NOT IN FORCE: {x.not_in_force_because or ''})"
     return (
-        f"{x['key']}={_shown(x['value'])} (berth.toml: {_shown(x['default'])}) set by "
-        f"{x['set_by']} at {x['set_at'][:19].replace('T', ' ')}: "
-        f"{' '.join(x['reason'].split())}{state}"
+        f"{x.key}={_shown(x.value)} (berth.toml: {_shown(x.default)}) set by "
+        f"{x.set_by} at {_at(x.set_at)}: {' '.join(x.reason.split())}{state}"
     )
 
 
@@ -60,44 +64,45 @@ def set_limit(args: argparse.Namespace) -> int:
     key = key.strip()
     if not sep:
         raise CliError(f"expected KEY=VALUE, e.g. pools.gpu.slots.default=1; got {key!r}")
-    out = Client(args.server).call(
-        "PUT", _path(key), {"value": value.strip(), "reason": args.reason}
-    )
+    with connect(args.server) as client:
+        out = client.set_limit(_key(key), value.strip(), reason=args.reason)
     if args.json:
         print_json(out)
         return 0
     print(
-        f"{out['key']}={_shown(out['value'])} (berth.toml: {_shown(out['default'])}), "
+        f"{out.key}={_shown(out.value)} (berth.toml: {_shown(out.default)}), "
         "in force on every server from its next pass"
     )
     return 0
 
 
 def unset(args: argparse.Namespace) -> int:
-    out = Client(args.server).call("DELETE", _path(args.key.strip()))
+    with connect(args.server) as client:
+        out = client.unset_limit(_key(args.key.strip()))
     if args.json:
         print_json(out)
         return 0
     print(
-        f"unset {out['key']} (was {_shown(out['was'])}); berth.toml's "
-        f"{_shown(out['default'])} is in force from the next pass"
+        f"unset {out.key} (was {_shown(out.was)}); berth.toml's "
+        f"{_shown(out.default)} is in force from the next pass"
     )
     return 0
 
 
 def list_limits(args: argparse.Namespace) -> int:
-    found = Client(args.server).call("GET", "/api/v1/limits")
+    with connect(args.server) as client:
+        found = client.limits()
     return listing(
         args,
         found,
         [
             [
-                x["key"],
-                _shown(x["value"]) + ("" if x["in_force"] else " (not in force)"),
-                _shown(x["default"]),
-                x["set_by"],
-                x["set_at"][:19].replace("T", " "),
-                " ".join(x["reason"].split()),
+                x.key,
+                _shown(x.value) + ("" if x.in_force else " (not in force)"),
+                _shown(x.default),
+                x.set_by,
+                _at(x.set_at),
+                " ".join(x.reason.split()),
             ]
             for x in found
         ],

@@ -53,10 +53,10 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.detach:
         return _detach(args, host, port, cfg)
-    from service.cli import server  # noqa: PLC0415
+    from service.cli import serve_process  # noqa: PLC0415
 
     builtin = cfg.builtin_worker() and not args.no_builtin_worker
-    return server.main(
+    return serve_process.main(
         cfg,
         host=host,
         port=port,

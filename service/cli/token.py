@@ -4,7 +4,7 @@ import argparse
 import sys
 from typing import Any
 
-from service.cli.client import Client, add_server_arg, listing, print_json
+from service.cli.client import add_server_arg, connect, listing, print_json
 from service.core import durations
 
 
@@ -44,36 +44,31 @@ def _duration(text: str) -> float:
 
 
 def create(args: argparse.Namespace) -> int:
-    out = Client(args.server).call(
-        "POST",
-        "/api/v1/tokens",
-        {
-            "name": args.name,
-            "kind": args.kind,
-            "tenants": args.tenants,
-            "expires_days": args.expires / 86400,
-        },
-    )
+    with connect(args.server) as client:
+        out = client.create_token(
+            args.name, kind=args.kind, tenants=args.tenants, expires_days=args.expires / 86400
+        )
     if args.json:
         print_json(out)
     else:
-        print(out["token"])
+        print(out.token)
     return 0
 
 
 def list_tokens(args: argparse.Namespace) -> int:
-    tokens = Client(args.server).call("GET", "/api/v1/tokens")
+    with connect(args.server) as client:
+        tokens = client.tokens()
     return listing(
         args,
         tokens,
         [
             [
-                t["name"],
-                t["kind"],
-                ",".join(t["tenants"]) or "-",
-                t["expires_at"][:10],
-                "revoked" if t["revoked_at"] else "live",
-                t["created_by"],
+                t.name,
+                t.kind,
+                ",".join(t.tenants) or "-",
+                t.expires_at.isoformat()[:10],
+                "revoked" if t.revoked_at else "live",
+                t.created_by,
             ]
             for t in tokens
         ],
@@ -82,15 +77,15 @@ def list_tokens(args: argparse.Namespace) -> int:
 
 
 def revoke(args: argparse.Namespace) -> int:
-    params = {"force": "true"} if args.force else {}
-    out = Client(args.server).call("DELETE", f"/api/v1/tokens/{args.name}", **params)
+    with connect(args.server) as client:
+        out = client.revoke_token(args.name, force=args.force)
     if args.json:
         print_json(out)
         return 0
-    print(f"revoked {out['name']}")
-    if out.get("yours"):
+    print(f"revoked {out.name}")
+    if out.yours:
         print(
-            f"{out['name']} was the token this command used: it no longer works. "
+            f"{out.name} was the token this command used: it no longer works. "
             "Use another token, or mint a new admin token on the database's host with "
             "`berth db admin-token NAME`.",
             file=sys.stderr,

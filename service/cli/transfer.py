@@ -13,22 +13,32 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import Literal
 
 from service.cas import files, tree
-from service.cas.files import CHUNK
-from service.cli.client import Client, CliError
+from service.cli.client import CliError
+from service.client import BerthClient, Unreachable
 from service.core.exits import Exit
 
 
-def upload(client: Client, path: Path, *, tenant: str | None) -> dict[str, Any]:
-    """Upload a file or a directory unless the store has it: {name, sha256, kind, size, sent}."""
+@dataclass(frozen=True)
+class Uploaded:
+    """A file or directory in the store: its name here, digest, kind, size and bytes sent."""
+
+    name: str
+    sha256: str
+    kind: Literal["file", "dir"]
+    size: int
+    sent: int  # 0 when the store had it already
+
+
+def upload(client: BerthClient, path: Path, *, tenant: str | None) -> Uploaded:
+    """Upload a file or a directory unless the store (for the tenant) has it."""
     if not path.exists():
         raise CliError(f"{path}: no such file or directory")
-    kind = "dir" if path.is_dir() else "file"
+    kind: Literal["file", "dir"] = "dir" if path.is_dir() else "file"
     try:
         if kind == "dir":
             sha, size = files.hash_chunks(tree.iter_tar(path))
@@ -36,43 +46,33 @@ def upload(client: Client, path: Path, *, tenant: str | None) -> dict[str, Any]:
             sha, size = files.hash_file(path)
     except (OSError, ValueError) as exc:
         raise CliError(f"{path}: {exc}") from None
-    params = {"tenant": tenant} if tenant else {}
-    head = client.request("HEAD", f"/api/v1/cas/{sha}", params=params)
     sent = 0
-    if head.status_code == 404:
+    if not client.has_blob(sha, tenant=tenant):
         with contextlib.ExitStack() as stack:
             body = tree.iter_tar(path) if kind == "dir" else stack.enter_context(path.open("rb"))
-            resp = client.request(
-                "PUT", f"/api/v1/cas/{sha}", params=params, content=body, timeout=None
-            )
-        client.result(resp)
+            client.put_blob(sha, body, tenant=tenant)
         sent = size
-    elif head.status_code != 200:
-        client.result(head)
-    name = path.resolve().name
-    return {"name": name, "sha256": sha, "kind": kind, "size": size, "sent": sent}
+    return Uploaded(name=path.resolve().name, sha256=sha, kind=kind, size=size, sent=sent)
 
 
-def download(client: Client, sha: str, dest: Path | None, *, tenant: str | None = None) -> int:
+def download(client: BerthClient, sha: str, dest: Path | None, *, tenant: str | None = None) -> int:
     """Fetch the blob `sha`; its size.
 
     Into `dest` (verified, then renamed into place), or to stdout when `dest` is None (the last
     chunk held back until the digest is known, so a wrong blob never arrives whole).
     """
-    params = {"tenant": tenant} if tenant else {}
     try:
-        with client.stream("GET", f"/api/v1/cas/{sha}", params) as r:
-            if r.status_code >= 400:
-                r.read()
-                client.result(r)
+        with client.blob(sha, tenant=tenant) as chunks:
             if dest is None:
-                size = _verified(r.iter_bytes(CHUNK), sha, sys.stdout.buffer.write)
+                size = _verified(chunks, sha, sys.stdout.buffer.write)
                 sys.stdout.buffer.flush()
                 return size
-            return _to_file(r.iter_bytes(CHUNK), sha, dest)
-    except httpx.HTTPError as exc:
+            return _to_file(chunks, sha, dest)
+    except Unreachable as exc:
+        if not exc.lost:
+            raise  # never connected: said as for any command
         raise CliError(
-            f"the download of {sha} was cut short ({type(exc).__name__}): "
+            f"the download of {sha} was cut short ({type(exc.__cause__).__name__}): "
             "the server found the blob corrupt, or went away",
             Exit.UNREACHABLE,
         ) from None

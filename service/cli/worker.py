@@ -7,13 +7,12 @@ import pwd
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
-from service import stdlog
+from service import stdlog, views
 from service.cli.client import (
-    Client,
     CliError,
     add_server_arg,
+    connect,
     home,
     listing,
     print_json,
@@ -136,21 +135,21 @@ def dispatch(args: argparse.Namespace) -> int:
         return join_token(args)
     if not args.name:
         raise CliError(f"berth worker {args.action} NAME: which worker?")
-    client = Client(args.server)
-    if args.action == "rm":
-        out = client.call("DELETE", f"/api/v1/workers/{quote(args.name, safe='')}")
-        if args.json:
-            print_json(out)
-        else:
-            print(f"removed {out['name']}")
-        return 0
-    out = client.call("POST", f"/api/v1/workers/{quote(args.name, safe='')}/{args.action}")
+    with connect(args.server) as client:
+        if args.action == "rm":
+            removed = client.remove_worker(args.name)
+            if args.json:
+                print_json(removed)
+            else:
+                print(f"removed {removed.name}")
+            return 0
+        out = client.set_worker_state(args.name, args.action)
     if args.json:
         print_json(out)
-    elif out["state"] == out["set"]:
-        print(f"{out['name']}: {out['state']}")
+    elif out.state == out.set:
+        print(f"{out.name}: {out.state}")
     else:  # e.g. enabled, but it exited: it takes jobs once it attaches again
-        print(f"{out['name']}: {out['state']} ({VERB[args.action]})")
+        print(f"{out.name}: {out.state} ({VERB[args.action]})")
     return 0
 
 
@@ -241,24 +240,20 @@ def join_token(args: argparse.Namespace) -> int:
         expires = durations.seconds(args.expires)
     except ValueError as exc:
         raise CliError(f"--expires: {exc}") from None
-    client = Client(args.server)
-    labels = _labels(args.labels)
-    body: dict[str, Any] = {
-        "pool": args.pool,
-        "labels": labels,
-        "tenants": args.tenants,
-        "expires_seconds": expires,
-    }
-    if args.worker_name:
-        body["name"] = args.worker_name
-    out = client.call("POST", "/api/v1/workers/join-tokens", body)
+    with connect(args.server) as client:
+        out = client.create_join_token(
+            args.pool,
+            name=args.worker_name or None,
+            labels=_labels(args.labels),
+            tenants=args.tenants,
+            expires_seconds=expires,
+        )
     if args.json:
         print_json(out)
         return 0
-    print(out["token"])
+    print(out.token)
     print(
-        f"node {out['name']} (pool {out['pool']}); on it, within {args.expires}:\n"
-        f"  {out['command']}",
+        f"node {out.name} (pool {out.pool}); on it, within {args.expires}:\n  {out.command}",
         file=sys.stderr,
     )
     return 0
@@ -301,25 +296,26 @@ def _gb(v: float | None) -> str:
 
 
 def list_workers(args: argparse.Namespace) -> int:
-    workers = Client(args.server).call("GET", "/api/v1/workers")
+    with connect(args.server) as client:
+        workers = client.workers()
     rows = []
     for w in workers:
-        load = "-" if w["load"] is None else f"{w['load']:.1f}/{w['cpus']}"
-        slots = " ".join(f"{k}:{v['used']}/{v['total']}" for k, v in w["slots"].items()) or "-"
+        load = "-" if w.load is None else f"{w.load:.1f}/{w.cpus}"
+        slots = " ".join(f"{k}:{v.used}/{v.total}" for k, v in w.slots.items()) or "-"
         rows.append(
             [
-                w["name"],
-                w["pool"],
-                w["state"],
-                f"{w['seen_seconds_ago']:.0f}s ago",
+                w.name,
+                w.pool,
+                w.state,
+                f"{w.seen_seconds_ago:.0f}s ago",
                 load,
-                _gb(w["free_memory_gb"]),
-                _gb(w["free_disk_gb"]),
+                _gb(w.free_memory_gb),
+                _gb(w.free_disk_gb),
                 slots,
                 _offers(w),
                 _gpus(w),
-                ",".join(w["labels"]) or "-",
-                w["no_lease"],
+                ",".join(w.labels) or "-",
+                w.no_lease,
             ]
         )
     header = [
@@ -339,21 +335,20 @@ def list_workers(args: argparse.Namespace) -> int:
     return listing(args, workers, rows, header)
 
 
-def _offers(w: dict[str, Any]) -> str:
+def _offers(w: views.WorkerView) -> str:
     """What is left of what it offers: "1/3 cpu 2G/8G 1/2 gpu"."""
-    cap, used = w.get("capacity") or {}, w.get("reserved") or {}
-    if not any(cap.values()):
+    cap, used = w.capacity, w.reserved
+    if not (cap.cpus or cap.memory_mb or cap.gpus):
         return "-"
-    cpus = f"{resources.shown_cpus(cap['cpus'] - used.get('cpus', 0))}/{cap['cpus']:g} cpu"
-    mem = resources.shown_memory(cap["memory_mb"] - used.get("memory_mb", 0)).replace(" ", "")
-    gpus = f" {cap['gpus'] - used.get('gpus', 0)}/{cap['gpus']} gpu" if cap["gpus"] else ""
-    return f"{cpus} {mem}/{resources.shown_memory(cap['memory_mb']).replace(' ', '')}{gpus}"
+    cpus = f"{resources.shown_cpus(cap.cpus - used.cpus)}/{cap.cpus:g} cpu"
+    mem = resources.shown_memory(cap.memory_mb - used.memory_mb).replace(" ", "")
+    gpus = f" {cap.gpus - used.gpus}/{cap.gpus} gpu" if cap.gpus else ""
+    return f"{cpus} {mem}/{resources.shown_memory(cap.memory_mb).replace(' ', '')}{gpus}"
 
 
-def _gpus(w: dict[str, Any]) -> str:
+def _gpus(w: views.WorkerView) -> str:
     """Its GPUs as NVML reported them: "0:A100 12%,1:A100 0%"."""
-    devices = w.get("devices") or []
-    return ",".join(f"{d['index']}:{d['name']} {d['utilization']}%" for d in devices) or "-"
+    return ",".join(f"{d.index}:{d.name} {d.utilization}%" for d in w.devices) or "-"
 
 
 def _labels(given: str) -> list[str]:

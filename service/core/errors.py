@@ -14,9 +14,10 @@ class BerthError(Exception):
 
     status = 400
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.field = field  # the request field at fault, when one is (the answer names it)
 
 
 class Invalid(BerthError):

@@ -24,6 +24,7 @@ from service.api.runtime import Runtime
 from service.config import Config, load
 from service.db.engine import Database
 from service.domain import tokens
+from tests.openapi_check import Contract, served
 
 KEY = b"k" * 32
 POOLS = {"pools": {"gpu": {"slots": {"default": 2}}}}
@@ -64,6 +65,34 @@ def config(extra: dict | None = None) -> Config:
     return load(Path("/nonexistent/berth.toml"), environ=env)
 
 
+_CONTRACT: list[Contract] = []
+
+
+def checked_client(app: Any) -> httpx.AsyncClient:
+    """A client of `app` that fails the test on an answer the OpenAPI document does not declare
+    (tests/openapi_check.py): every API test here is a contract test too."""
+    if not _CONTRACT:  # the same routes in every app: built once
+        _CONTRACT.append(Contract(served(app)))
+    contract = _CONTRACT[0]
+
+    async def check(response: httpx.Response) -> None:
+        media = response.headers.get("content-type", "")
+        body = await response.aread() if media.startswith("application/json") else b""
+        contract.check(
+            response.request.method,
+            response.request.url.path,
+            response.status_code,
+            dict(response.headers),
+            body,
+        )
+
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://berth.test",
+        event_hooks={"response": [check]},
+    )
+
+
 @pytest.fixture
 async def api(db_url: str) -> AsyncIterator[Api]:
     cfg = config()
@@ -72,8 +101,7 @@ async def api(db_url: str) -> AsyncIterator[Api]:
     admin = await tokens.ensure_admin(database)
     assert admin is not None
     app = create_app(rt)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://berth.test") as client:
+    async with checked_client(app) as client:
         yield Api(client=client, rt=rt, admin=admin, app=app)
     await database.dispose()
 
@@ -96,10 +124,7 @@ async def api_with(db_url: str) -> AsyncIterator[Callable[[dict[str, Any]], Awai
             admin = await tokens.ensure_admin(database)
             admins.append(admin or admins[0])
             app = create_app(rt)
-            transport = httpx.ASGITransport(app=app)
-            client = await stack.enter_async_context(
-                httpx.AsyncClient(transport=transport, base_url="http://berth.test")
-            )
+            client = await stack.enter_async_context(checked_client(app))
             return Api(client=client, rt=rt, admin=admins[-1], app=app)
 
         yield make

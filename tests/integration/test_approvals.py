@@ -10,14 +10,17 @@ import json
 import types
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import text
 
-from service import protocol
+from service import protocol, views
 from service.api.channel import relay
 from service.api.channel.session import Session
+from service.client import ApiError, AsyncBerthClient
 from service.domain import approvals, dispatch, leasing, tokens
 from tests.integration.conftest import Api
+from tests.integration.test_client import same_shape
 
 GPU = {"pools": {"gpu": {"slots": {"default": 2}}}}
 
@@ -164,6 +167,41 @@ class TestFourEyes:
         assert (await job.look(asked["id"]))["approved"] is True
 
 
+class TestClient:
+    async def test_the_typed_client_lists_shows_and_answers(self, api_with):
+        """The client's approval methods decode the answers as ApprovalView (the JSON key for
+        key), refuse the creator under four-eyes as an ApiError, and answer with a reason."""
+        api = await api_with(GPU)
+        alice, bob = await members(api)
+        job = await running_job(api, alice)
+        first, second = await job.ask("first"), await job.ask("second")
+        listed = await api.call("GET", "/api/v1/approvals", bob)
+        same_shape(listed.json(), list[views.ApprovalView], "GET /api/v1/approvals")
+        transport = api.client._transport
+        assert isinstance(transport, httpx.AsyncBaseTransport)
+        async with (
+            AsyncBerthClient("http://berth.test", alice, transport=transport) as creator,
+            AsyncBerthClient("http://berth.test", bob, transport=transport) as other,
+        ):
+            pending = await other.approvals(state="pending", job=job.id)
+            assert sorted(a.id for a in pending) == [first["id"], second["id"]]
+            assert all(isinstance(a, views.ApprovalView) for a in pending)
+            with pytest.raises(ApiError) as own:
+                await creator.approve(first["id"])
+            assert own.value.status == 403 and "four-eyes" in own.value.error
+            yes = await other.approve(first["id"], reason="fine")
+            assert (yes.state, yes.approved, yes.reason) == ("approved", True, "fine")
+            assert yes.answered_at is not None and yes.answered_at.tzinfo is not None
+            no = await other.deny(second["id"])
+            assert (no.state, no.approved) == ("denied", False)
+            assert await other.approval(first["id"]) == yes
+            assert [a.id for a in await other.approvals(state="denied")] == [second["id"]]
+            with pytest.raises(ApiError) as again:
+                await other.deny(first["id"])
+            assert again.value.status == 409
+        assert (await job.look(second["id"]))["approved"] is False
+
+
 class TestWhoSees:
     async def test_another_tenant_sees_nothing_and_answers_nothing(self, api_with):
         """Tenant b's member: the request is not in its list, and show/approve are 404."""
@@ -303,7 +341,13 @@ class TestBadInput:
         assert status == 400 and "title" in body["error"], body
         asked = await job.ask()
         for method, path, kw, status, said in (
-            ("GET", "/api/v1/approvals?state=maybe", {}, 400, "unknown state 'maybe'"),
+            (
+                "GET",
+                "/api/v1/approvals?state=maybe",
+                {},
+                400,
+                "query parameter state: Invalid enum value 'maybe'",
+            ),
             ("GET", "/api/v1/approvals?limit=0", {}, 400, "limit"),
             ("GET", f"/api/v1/approvals?job={2**63}", {}, 400, "job"),
             ("GET", "/api/v1/approvals/0", {}, 404, "no approval request 0"),

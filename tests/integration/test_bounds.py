@@ -151,3 +151,48 @@ class TestUrls:
         r = await api.call("GET", path)
         assert 400 <= r.status_code < 500, (r.status_code, r.text)
         assert words in r.json()["error"]
+
+
+class TestErrorField:
+    @pytest.mark.parametrize(
+        ("method", "path", "raw", "field"),
+        [
+            ("POST", "/api/v1/jobs", b'{"command": ["true"], "max_attempts": 0}', "max_attempts"),
+            ("POST", "/api/v1/jobs", b'{"command": ["true"], "max_attempts": "3"}', "max_attempts"),
+            ("POST", "/api/v1/jobs", b'{"comand": ["true"]}', "comand"),
+            (
+                "POST",
+                "/api/v1/jobs",
+                b'[{"command": ["a"]}, {"command": ["b"], "priority": 2e40}]',
+                "[1].priority",
+            ),
+            (
+                "POST",
+                "/api/v1/jobs",
+                b'{"command": ["true"], "inputs": [{"name": "..", "sha256": "x"}]}',
+                "inputs[0].name",
+            ),
+            ("POST", "/api/v1/jobs", b'{"command": ["true"], "pool": "nope"}', "pool"),
+            ("POST", "/api/v1/jobs", b'{"command": ["true"], "env": {"1BAD": "x"}}', "env"),
+            ("POST", "/api/v1/jobs", b'{"python": "x", "command": ["y"]}', "command"),
+            ("GET", "/api/v1/jobs?limit=0", b"", "limit"),
+            ("GET", "/api/v1/jobs?state=bogus", b"", "state"),  # the wire's name, not the code's
+            ("GET", "/api/v1/audit?limit=x", b"", "limit"),
+            ("PUT", "/api/v1/secrets/k", b'{"value": "v", "tenant": "a b"}', "tenant"),
+        ],
+    )
+    async def test_a_400_names_the_field_at_fault(self, api: Api, method, path, raw, field):
+        """The one error shape: `error`, `status` and the offending `field`."""
+        headers = {"content-type": "application/json"}
+        r = await api.call(method, path, content=raw or None, headers=headers)
+        assert r.status_code == 400, r.text
+        assert r.json()["status"] == 400 and r.json()["field"] == field, r.text
+
+    @pytest.mark.parametrize("raw", [b"", b"  ", b"{nope"])
+    async def test_no_body_or_no_json_names_no_field(self, api: Api, raw):
+        """A missing or malformed body is said so, with no field to name."""
+        r = await api.call(
+            "POST", "/api/v1/tokens", content=raw, headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 400 and "field" not in r.json(), r.text
+        assert "JSON" in r.json()["error"]

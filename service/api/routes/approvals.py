@@ -1,21 +1,25 @@
 """/api/v1/approvals: a job asks (POST, relayed as `job:<id>`), people list, show and answer."""
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
-from litestar import Request, get, post
-from litestar.params import FromPath, FromQuery, QueryParameter
+from litestar import get, post
+from litestar.params import JSONBody, PathParameter, QueryParameter
 
-from service.api import body
-from service.api.body import decode
-from service.api.identity import identify, request_id, runtime_of
+from service.api import body, contract, deps
+from service.auth.callers import Caller
 from service.auth.permissions import Perm
-from service.core.errors import Invalid, NotFound
+from service.core.errors import NotFound
+from service.db.engine import Database
 from service.db.records import ApprovalRecord
 from service.domain import approvals
+from service.views import ApprovalView
 
 MAX_ID = 2**63 - 1
+# The largest job id the document can state exactly (2**63 - 1 rounds up as a double).
+MAX_JOB = 2**63 - 1024
 Text = Annotated[str, msgspec.Meta(max_length=approvals.MAX_DETAILS, pattern=body.NO_NUL)]
+ApprovalId = Annotated[int, PathParameter(description="the approval request's id")]
 
 
 class AskBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -29,116 +33,142 @@ class AnswerBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     reason: Text = ""
 
 
-class ApprovalView(msgspec.Struct, kw_only=True):
-    """One request as the API shows it; `approved` is what the asking job's call returns."""
-
-    id: int
-    job: int
-    tenant: str
-    pool: str
-    title: str
-    details: str
-    state: str
-    approved: bool
-    policy: str
-    job_creator: str
-    created_at: str
-    deadline: str
-    answered_by: str | None
-    answered_at: str | None
-    reason: str
-
-    @classmethod
-    def of(cls, a: ApprovalRecord) -> "ApprovalView":
-        return cls(
-            id=a.id,
-            job=a.job_id,
-            tenant=a.tenant,
-            pool=a.pool,
-            title=a.title,
-            details=a.details,
-            state=a.state,
-            approved=a.state == approvals.State.APPROVED,
-            policy=a.policy,
-            job_creator=a.job_creator,
-            created_at=a.created_at.isoformat(),
-            deadline=a.deadline.isoformat(),
-            answered_by=a.answered_by,
-            answered_at=a.answered_at.isoformat() if a.answered_at else None,
-            reason=a.reason,
-        )
+def approval_view(a: ApprovalRecord) -> ApprovalView:
+    return ApprovalView(
+        id=a.id,
+        job=a.job_id,
+        tenant=a.tenant,
+        pool=a.pool,
+        title=a.title,
+        details=a.details,
+        state=a.state,
+        approved=a.state == approvals.State.APPROVED,
+        policy=a.policy,
+        job_creator=a.job_creator,
+        created_at=a.created_at,
+        deadline=a.deadline,
+        answered_by=a.answered_by,
+        answered_at=a.answered_at,
+        reason=a.reason,
+    )
 
 
 def _id(approval_id: int) -> int:
+    # Any integer is a well-formed id; one no request can have is one that does not exist.
     if not 1 <= approval_id <= MAX_ID:
         raise NotFound(f"no approval request {approval_id}")
     return approval_id
 
 
-@post("/api/v1/approvals", opt={"perm": Perm.JOBS_WRITE}, status_code=201)
-async def ask(request: Request[Any, Any, Any]) -> ApprovalView:
+@post(
+    "/api/v1/approvals",
+    opt={"perm": Perm.JOBS_WRITE},
+    status_code=201,
+    operation_id="askApproval",
+    responses=contract.errors(409, 413),
+)
+async def ask(
+    data: JSONBody[AskBody],
+    db: deps.Db,
+    caller: deps.Caller,
+    effective: deps.Effective,
+    request_id: deps.RequestId,
+) -> ApprovalView:
     """A job's request (only a job's relayed call may ask); answered by people."""
-    rt = runtime_of(request)
-    caller = await identify(request)
-    b: AskBody = await decode(request, AskBody)
     created = await approvals.ask(
-        rt.db,
+        db,
         caller,
-        rt.effective.pools,
-        title=b.title,
-        details=b.details,
-        request_id=request_id(request),
+        effective.pools,
+        title=data.title,
+        details=data.details,
+        request_id=request_id,
     )
-    return ApprovalView.of(created)
+    return approval_view(created)
 
 
-@get("/api/v1/approvals", opt={"perm": Perm.JOBS_READ})
+@get(
+    "/api/v1/approvals",
+    opt={"perm": Perm.JOBS_READ},
+    operation_id="listApprovals",
+    responses=contract.errors(),
+)
 async def list_approvals(
-    request: Request[Any, Any, Any],
-    approval_state: Annotated[str | None, QueryParameter(name="state")] = None,
-    job: FromQuery[int | None] = None,
-    limit: FromQuery[int] = 100,
+    db: deps.Db,
+    caller: deps.Caller,
+    approval_state: Annotated[
+        approvals.State | None, QueryParameter(name="state", description="only these")
+    ] = None,
+    job: Annotated[int | None, QueryParameter(ge=1, le=MAX_JOB, description="of this job")] = None,
+    limit: Annotated[int, QueryParameter(ge=1, le=10000)] = 100,
 ) -> list[ApprovalView]:
-    rt = runtime_of(request)
-    caller = await identify(request)
-    if job is not None and not 1 <= job <= MAX_ID:
-        raise Invalid(f"job must be between 1 and {MAX_ID}")
-    found = await approvals.list_visible(rt.db, caller, state=approval_state, job=job, limit=limit)
-    return [ApprovalView.of(a) for a in found]
+    """The requests the caller may see, newest first."""
+    state = approval_state.value if approval_state else None
+    found = await approvals.list_visible(db, caller, state=state, job=job, limit=limit)
+    return [approval_view(a) for a in found]
 
 
-@get("/api/v1/approvals/{approval_id:int}", opt={"perm": Perm.JOBS_READ})
-async def show(request: Request[Any, Any, Any], approval_id: FromPath[int]) -> ApprovalView:
-    rt = runtime_of(request)
-    caller = await identify(request)
-    return ApprovalView.of(await approvals.get(rt.db, caller, _id(approval_id)))
+@get(
+    "/api/v1/approvals/{approval_id:int}",
+    opt={"perm": Perm.JOBS_READ},
+    operation_id="showApproval",
+    responses=contract.errors(404),
+)
+async def show(approval_id: ApprovalId, db: deps.Db, caller: deps.Caller) -> ApprovalView:
+    """One request."""
+    return approval_view(await approvals.get(db, caller, _id(approval_id)))
 
 
 async def _answer(
-    request: Request[Any, Any, Any], approval_id: int, *, approve: bool
+    db: Database,
+    caller: Caller,
+    request_id: str,
+    approval_id: int,
+    data: AnswerBody | None,
+    *,
+    approve: bool,
 ) -> ApprovalView:
-    rt = runtime_of(request)
-    caller = await identify(request)
-    raw = await request.body()
-    b = await decode(request, AnswerBody) if raw.strip() else AnswerBody()
     answered = await approvals.answer(
-        rt.db,
+        db,
         caller,
         _id(approval_id),
         approve=approve,
-        reason=b.reason,
-        request_id=request_id(request),
+        reason=(data or AnswerBody()).reason,
+        request_id=request_id,
     )
-    return ApprovalView.of(answered)
+    return approval_view(answered)
 
 
-@post("/api/v1/approvals/{approval_id:int}/approve", opt={"perm": Perm.JOBS_WRITE}, status_code=200)
-async def approve(request: Request[Any, Any, Any], approval_id: FromPath[int]) -> ApprovalView:
+@post(
+    "/api/v1/approvals/{approval_id:int}/approve",
+    opt={"perm": Perm.JOBS_WRITE},
+    status_code=200,
+    operation_id="approve",
+    responses=contract.errors(404, 409, 413),
+)
+async def approve(
+    approval_id: ApprovalId,
+    db: deps.Db,
+    caller: deps.Caller,
+    request_id: deps.RequestId,
+    data: JSONBody[AnswerBody | None] = None,
+) -> ApprovalView:
     """Say yes, as a member of the job's tenant ([pools.P] approvals says which)."""
-    return await _answer(request, approval_id, approve=True)
+    return await _answer(db, caller, request_id, approval_id, data, approve=True)
 
 
-@post("/api/v1/approvals/{approval_id:int}/deny", opt={"perm": Perm.JOBS_WRITE}, status_code=200)
-async def deny(request: Request[Any, Any, Any], approval_id: FromPath[int]) -> ApprovalView:
+@post(
+    "/api/v1/approvals/{approval_id:int}/deny",
+    opt={"perm": Perm.JOBS_WRITE},
+    status_code=200,
+    operation_id="deny",
+    responses=contract.errors(404, 409, 413),
+)
+async def deny(
+    approval_id: ApprovalId,
+    db: deps.Db,
+    caller: deps.Caller,
+    request_id: deps.RequestId,
+    data: JSONBody[AnswerBody | None] = None,
+) -> ApprovalView:
     """Say no, as a member of the job's tenant ([pools.P] approvals says which)."""
-    return await _answer(request, approval_id, approve=False)
+    return await _answer(db, caller, request_id, approval_id, data, approve=False)

@@ -1,24 +1,31 @@
 """/api/v1/audit: the newest audit entries (who wrote what, when, under which request)."""
 
-from typing import Any
+from typing import Annotated
 
-from litestar import Request, get
-from litestar.params import FromQuery
+import msgspec
+from litestar import get
+from litestar.params import QueryParameter
 
-from service.api.identity import identify, runtime_of
+from service.api import contract, deps
 from service.auth.permissions import Perm
-from service.core.errors import Invalid
 from service.domain import audit
+from service.views import AuditEntryView
 
 
-@get("/api/v1/audit", opt={"perm": Perm.AUDIT})
+@get(
+    "/api/v1/audit",
+    opt={"perm": Perm.AUDIT},
+    operation_id="listAudit",
+    responses=contract.errors(),
+)
 async def list_audit(
-    request: Request[Any, Any, Any], limit: FromQuery[int] = 100
-) -> list[dict[str, Any]]:
-    if not 1 <= limit <= 10000:
-        raise Invalid("limit must be between 1 and 10000")
-    rt = runtime_of(request)
-    caller = await identify(request)
-    return [
-        {**e, "at": e["at"].isoformat()} for e in await audit.recent(rt.db, caller, limit=limit)
-    ]
+    db: deps.Db,
+    caller: deps.Caller,
+    limit: Annotated[int, QueryParameter(ge=1, le=10000, description="at most this many")] = 100,
+) -> list[AuditEntryView]:
+    """The newest entries the caller may see, newest first."""
+    entries = await audit.recent(db, caller, limit=limit)
+    # str(): SQLAlchemy's column names are a str subclass, and msgspec wants plain str keys.
+    return msgspec.convert(
+        [{str(k): v for k, v in e.items()} for e in entries], list[AuditEntryView]
+    )

@@ -12,60 +12,92 @@ key. Workers: a fleet-wide one reaches any blob, a tenant-bound one its tenants'
 only by `berth cas serve`, to the installation.
 """
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from litestar import Request, Response, get, head, put
-from litestar.params import FromPath, FromQuery
+from litestar.params import FromQuery, HeaderParameter, PathParameter, QueryParameter
 
-from service.api import cas_wire
-from service.api.identity import identify, request_id, runtime_of
-from service.api.runtime import Runtime
+from service.api import body, cas_wire, contract, deps
 from service.auth.permissions import Perm
-from service.core.errors import Unavailable
 from service.domain.artifacts import access, server_store
-from service.domain.artifacts.server_store import ServerStore
+from service.views import StoredView
 
 TENANT = "/api/v1/cas"
 WORKER = server_store.WORKER_PATH
 BLOB = "{sha256:str}"
 
-
-def _server(rt: Runtime) -> ServerStore:
-    if rt.cas is None:
-        raise Unavailable("this server offers no artifact store")
-    return rt.cas
+Sha256 = Annotated[
+    str,
+    PathParameter(
+        description="the blob's name: its sha256, 64 lowercase hex digits",
+        pattern=r"\A[0-9a-f]{64}\Z",
+    ),
+]
+Tenant = Annotated[
+    str | None,
+    QueryParameter(description="whose blob (default: the caller's tenant)", **body.NAME_PARAM),
+]
+Range = Annotated[
+    str | None,
+    HeaderParameter(name="range", description="bytes=A-B, bytes=A- or bytes=-N", max_length=200),
+]
+# What a store answers besides a BerthError: a bad name 400, a corrupt blob 422, down 503.
+READ = (404, 422)
+WRITE = (404, 409, 413, 422, 429)
 
 
 # -- tenants ---------------------------------------------------------------------------------
 
 
-@get(f"{TENANT}/.id", opt={"perm": Perm.JOBS_READ}, exception_handlers=cas_wire.ERRORS)
-async def store_id(request: Request[Any, Any, Any]) -> Response[str]:
+@get(
+    f"{TENANT}/.id",
+    opt={"perm": Perm.JOBS_READ},
+    exception_handlers=cas_wire.ERRORS,
+    operation_id="casStoreId",
+    responses=contract.errors(),
+    operation_class=contract.TextOperation,
+)
+async def store_id(store: deps.Store) -> Response[str]:
     """The store's id."""
-    return cas_wire.store_id(await _server(runtime_of(request)).id())
+    return cas_wire.store_id(await store.id())
 
 
-@head(f"{TENANT}/{BLOB}", opt={"perm": Perm.JOBS_READ}, exception_handlers=cas_wire.ERRORS)
+@head(
+    f"{TENANT}/{BLOB}",
+    opt={"perm": Perm.JOBS_READ},
+    exception_handlers=cas_wire.ERRORS,
+    operation_id="casStatBlob",
+    responses=contract.errors(*READ),
+    operation_class=contract.BlobStatOperation,
+)
 async def stat_blob(
-    request: Request[Any, Any, Any], sha256: FromPath[str], tenant: FromQuery[str | None] = None
+    sha256: Sha256, db: deps.Db, store: deps.Store, caller: deps.Caller, tenant: Tenant = None
 ) -> Response[None]:
     """The blob's size as Content-Length; 404 unless the tenant holds it."""
-    rt = runtime_of(request)
-    caller = await identify(request)
-    size = await access.stat(rt.db, _server(rt), caller, sha256=sha256, tenant=tenant)
+    size = await access.stat(db, store, caller, sha256=sha256, tenant=tenant)
     return cas_wire.head(size)
 
 
-@get(f"{TENANT}/{BLOB}", opt={"perm": Perm.JOBS_READ}, exception_handlers=cas_wire.ERRORS)
+@get(
+    f"{TENANT}/{BLOB}",
+    opt={"perm": Perm.JOBS_READ},
+    exception_handlers=cas_wire.ERRORS,
+    operation_id="casGetBlob",
+    responses=contract.errors(*READ),
+    operation_class=contract.BlobReadOperation,
+)
 async def get_blob(
-    request: Request[Any, Any, Any], sha256: FromPath[str], tenant: FromQuery[str | None] = None
+    *,
+    sha256: Sha256,
+    db: deps.Db,
+    store: deps.Store,
+    caller: deps.Caller,
+    tenant: Tenant = None,
+    byte_range: Range = None,
 ) -> Response[Any]:
     """The blob (verified as it streams) or a `Range` of it; 404 unless the tenant holds it."""
-    rt = runtime_of(request)
-    caller = await identify(request)
-    server = _server(rt)
-    size = await access.stat(rt.db, server, caller, sha256=sha256, tenant=tenant)
-    return await cas_wire.send(server, sha256, size, request.headers.get("range"))
+    size = await access.stat(db, store, caller, sha256=sha256, tenant=tenant)
+    return await cas_wire.send(store, sha256, size, byte_range)
 
 
 @put(
@@ -73,23 +105,33 @@ async def get_blob(
     opt={"perm": Perm.JOBS_WRITE},
     exception_handlers=cas_wire.ERRORS,
     request_max_body_size=None,  # streamed to the store, never held: any size
+    status_code=201,
+    operation_id="casPutBlob",
+    responses=contract.errors(*WRITE),
+    operation_class=contract.BlobWriteOperation,
 )
 async def put_blob(
-    request: Request[Any, Any, Any], sha256: FromPath[str], tenant: FromQuery[str | None] = None
-) -> Response[dict[str, Any]]:
+    *,
+    request: Request[Any, Any, Any],
+    sha256: Sha256,
+    db: deps.Db,
+    store: deps.Store,
+    caller: deps.Caller,
+    effective: deps.Effective,
+    request_id: deps.RequestId,
+    tenant: Tenant = None,
+) -> Response[StoredView]:
     """Upload a blob for the tenant: 201 kept (new or not), 422 not its hash, 413/429 a bound."""
-    rt = runtime_of(request)
-    caller = await identify(request)
     result = await access.upload(
-        rt.db,
-        _server(rt),
+        db,
+        store,
         caller,
         sha256=sha256,
         chunks=request.stream(),
         tenant=tenant,
-        in_force=rt.effective,
+        in_force=effective,
         declared=cas_wire.content_length(request),
-        request_id=request_id(request),
+        request_id=request_id,
     )
     return cas_wire.kept(result)
 
@@ -97,28 +139,48 @@ async def put_blob(
 # -- workers ---------------------------------------------------------------------------------
 
 
-@get(f"{WORKER}/.id", opt={"perm": Perm.WORKER_PROTOCOL}, exception_handlers=cas_wire.ERRORS)
-async def worker_store_id(request: Request[Any, Any, Any]) -> Response[str]:
+@get(
+    f"{WORKER}/.id",
+    opt={"perm": Perm.WORKER_PROTOCOL},
+    exception_handlers=cas_wire.ERRORS,
+    operation_id="workerCasStoreId",
+    responses=contract.errors(),
+    operation_class=contract.TextOperation,
+)
+async def worker_store_id(store: deps.Store) -> Response[str]:
     """The store's id (a worker checks it against its welcome's)."""
-    return cas_wire.store_id(await _server(runtime_of(request)).id())
+    return cas_wire.store_id(await store.id())
 
 
-@head(f"{WORKER}/{BLOB}", opt={"perm": Perm.WORKER_PROTOCOL}, exception_handlers=cas_wire.ERRORS)
+@head(
+    f"{WORKER}/{BLOB}",
+    opt={"perm": Perm.WORKER_PROTOCOL},
+    exception_handlers=cas_wire.ERRORS,
+    operation_id="workerCasStatBlob",
+    responses=contract.errors(*READ),
+    operation_class=contract.BlobStatOperation,
+)
 async def worker_stat_blob(
-    request: Request[Any, Any, Any], sha256: FromPath[str]
+    sha256: Sha256, db: deps.Db, store: deps.Store, caller: deps.Caller
 ) -> Response[None]:
-    rt = runtime_of(request)
-    caller = await identify(request)
-    return cas_wire.head(await access.worker_stat(rt.db, _server(rt), caller, sha256=sha256))
+    """The blob's size, if the worker may read it (a tenant-bound one: its tenants' blobs)."""
+    return cas_wire.head(await access.worker_stat(db, store, caller, sha256=sha256))
 
 
-@get(f"{WORKER}/{BLOB}", opt={"perm": Perm.WORKER_PROTOCOL}, exception_handlers=cas_wire.ERRORS)
-async def worker_get_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> Response[Any]:
-    rt = runtime_of(request)
-    caller = await identify(request)
-    server = _server(rt)
-    size = await access.worker_stat(rt.db, server, caller, sha256=sha256)
-    return await cas_wire.send(server, sha256, size, request.headers.get("range"))
+@get(
+    f"{WORKER}/{BLOB}",
+    opt={"perm": Perm.WORKER_PROTOCOL},
+    exception_handlers=cas_wire.ERRORS,
+    operation_id="workerCasGetBlob",
+    responses=contract.errors(*READ),
+    operation_class=contract.BlobReadOperation,
+)
+async def worker_get_blob(
+    sha256: Sha256, db: deps.Db, store: deps.Store, caller: deps.Caller, byte_range: Range = None
+) -> Response[Any]:
+    """The blob, or a `Range` of it, if the worker may read it."""
+    size = await access.worker_stat(db, store, caller, sha256=sha256)
+    return await cas_wire.send(store, sha256, size, byte_range)
 
 
 @put(
@@ -126,27 +188,34 @@ async def worker_get_blob(request: Request[Any, Any, Any], sha256: FromPath[str]
     opt={"perm": Perm.WORKER_PROTOCOL},
     exception_handlers=cas_wire.ERRORS,
     request_max_body_size=None,
+    status_code=201,
+    operation_id="workerCasPutBlob",
+    responses=contract.errors(*WRITE),
+    operation_class=contract.BlobWriteOperation,
 )
 async def worker_put_blob(
+    *,
     request: Request[Any, Any, Any],
-    sha256: FromPath[str],
-    job: FromQuery[int | None] = None,
-    epoch: FromQuery[int | None] = None,
-    what: FromQuery[str | None] = None,
-) -> Response[dict[str, Any]]:
+    sha256: Sha256,
+    db: deps.Db,
+    store: deps.Store,
+    caller: deps.Caller,
+    effective: deps.Effective,
+    job: Annotated[int | None, QueryParameter(description="the job it is written for")] = None,
+    epoch: Annotated[int | None, QueryParameter(description="the job's live lease")] = None,
+    what: FromQuery[Literal["output", "log", "upload"] | None] = None,
+) -> Response[StoredView]:
     """A worker's write; with job, epoch and what, referenced for the job's tenant (fenced)."""
-    rt = runtime_of(request)
-    caller = await identify(request)
     result = await access.worker_upload(
-        rt.db,
-        _server(rt),
+        db,
+        store,
         caller,
         sha256=sha256,
         chunks=request.stream(),
         job=job,
         epoch=epoch,
         what=what,
-        in_force=rt.effective,
+        in_force=effective,
     )
     # As a tenant's: a tenant-bound worker is a tenant's own machine.
     return cas_wire.kept(result)

@@ -5,34 +5,46 @@ is healthy and the server restarts its embedded Postgres itself, so an orchestra
 route around it, not kill it.
 """
 
-from typing import Any
-
-from litestar import Request, get
+from litestar import get
 from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
 
-from service.api.identity import runtime_of
+from service.api import contract, deps
 from service.core.errors import Unavailable
+from service.views import HealthView
 
 
-@get("/healthz", opt={"public": True})
-async def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+@get(
+    "/healthz",
+    opt={"public": True},
+    operation_id="healthz",
+    responses=contract.errors(public=True),
+    operation_class=contract.PublicOperation,
+)
+async def healthz() -> HealthView:
+    """The process answers."""
+    return HealthView(status="ok")
 
 
-@get("/readyz", opt={"public": True})
-async def readyz(request: Request[Any, Any, Any]) -> dict[str, str]:
-    rt = runtime_of(request)
-    if rt.embedded is not None and (why := rt.embedded.down_reason()):
+@get(
+    "/readyz",
+    opt={"public": True},
+    operation_id="readyz",
+    responses=contract.errors(503, public=True),
+    operation_class=contract.PublicOperation,
+)
+async def readyz(db: deps.Db, embedded: deps.Embedded) -> HealthView:
+    """The database answers and is migrated; 503 saying why otherwise."""
+    if embedded is not None and (why := embedded.down_reason()):
         raise Unavailable(why)
     try:
-        async with rt.db.begin() as conn:
+        async with db.begin() as conn:
             await conn.execute(text("SELECT 1 FROM alembic_version"))
     except ProgrammingError as exc:  # an unmigrated database answers, but is not ready
         if _sqlstate(exc) != UNDEFINED_TABLE:
             raise
         raise Unavailable("the database is not migrated") from exc
-    return {"status": "ready"}
+    return HealthView(status="ready")
 
 
 UNDEFINED_TABLE = "42P01"  # no alembic_version: nothing was ever migrated into this database

@@ -1,16 +1,16 @@
 """/api/v1/workers/join-tokens: a one-time token that lets a new node join a pool."""
 
 import shlex
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
-from litestar import Request, post
+from litestar import post
+from litestar.params import JSONBody
 
-from service.api import body
-from service.api.body import decode
-from service.api.identity import identify, request_id, runtime_of
+from service.api import body, contract, deps
 from service.auth.permissions import Perm
 from service.domain import joining
+from service.views import JoinTokenView
 
 
 class JoinBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -25,30 +25,41 @@ class JoinBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     expires_seconds: Annotated[float, msgspec.Meta(gt=0, le=30 * 86400)] = 3600.0
 
 
-@post("/api/v1/workers/join-tokens", opt={"perm": Perm.FLEET_WRITE}, status_code=201)
-async def create(request: Request[Any, Any, Any]) -> dict[str, Any]:
+@post(
+    "/api/v1/workers/join-tokens",
+    opt={"perm": Perm.FLEET_WRITE},
+    status_code=201,
+    operation_id="createJoinToken",
+    responses=contract.errors(409, 413),
+)
+async def create(
+    *,
+    data: JSONBody[JoinBody],
+    db: deps.Db,
+    caller: deps.Caller,
+    pools: deps.Pools,
+    public_url: deps.PublicUrl,
+    request_id: deps.RequestId,
+) -> JoinTokenView:
     """The token (shown once) and the paste-ready command that runs the node."""
-    rt = runtime_of(request)
-    caller = await identify(request)
-    b: JoinBody = await decode(request, JoinBody)
     issued = await joining.issue(
-        rt.db,
+        db,
         caller,
-        pool=b.pool,
-        name=b.name,
-        labels=b.labels,
-        tenants=b.tenants,
-        expires_seconds=b.expires_seconds,
-        pools=rt.pools,
-        request_id=request_id(request),
+        pool=data.pool,
+        name=data.name,
+        labels=data.labels,
+        tenants=data.tenants,
+        expires_seconds=data.expires_seconds,
+        pools=pools,
+        request_id=request_id,
     )
-    server = rt.config.network.url or str(request.base_url).rstrip("/")
-    return {
-        "token": issued.token,
-        "name": issued.name,
-        "pool": issued.pool,
-        "labels": list(issued.labels),
-        "tenants": list(issued.tenants),
-        "expires_at": issued.expires_at.isoformat(),
-        "command": f"BERTH_JOIN_TOKEN={issued.token} berth worker --server {shlex.quote(server)}",
-    }
+    command = f"BERTH_JOIN_TOKEN={issued.token} berth worker --server {shlex.quote(public_url)}"
+    return JoinTokenView(
+        token=issued.token,
+        name=issued.name,
+        pool=issued.pool,
+        labels=list(issued.labels),
+        tenants=list(issued.tenants),
+        expires_at=issued.expires_at,
+        command=command,
+    )

@@ -1,16 +1,17 @@
 """/api/v1/secrets: set (PUT), list names (GET), remove (DELETE). Values never come back."""
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
-from litestar import Request, delete, get, put
-from litestar.params import FromPath, FromQuery
+from litestar import delete, get, put
+from litestar.params import FromQuery, JSONBody, PathParameter, QueryParameter
 
-from service.api import body
-from service.api.body import decode
-from service.api.identity import identify, request_id, runtime_of
+from service.api import body, contract, deps
 from service.auth.permissions import Perm
 from service.domain import secrets
+from service.views import RemovedView, SecretSetView, SecretView
+
+SecretName = Annotated[str, PathParameter(description="the secret's name", **body.NAME_PARAM)]
 
 
 class SecretBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -24,48 +25,74 @@ class SecretBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     all_tenants: bool = False
 
 
-@put("/api/v1/secrets/{name:str}", opt={"perm": Perm.SECRETS}, status_code=200)
-async def set_secret(request: Request[Any, Any, Any], name: FromPath[str]) -> dict[str, Any]:
-    rt = runtime_of(request)
-    caller = await identify(request)
-    b: SecretBody = await decode(request, SecretBody)
+@put(
+    "/api/v1/secrets/{name:str}",
+    opt={"perm": Perm.SECRETS},
+    status_code=200,
+    operation_id="setSecret",
+    responses=contract.errors(404, 413),
+)
+async def set_secret(
+    *,
+    name: SecretName,
+    data: JSONBody[SecretBody],
+    db: deps.Db,
+    caller: deps.Caller,
+    secret_key: deps.SecretKey,
+    request_id: deps.RequestId,
+) -> SecretSetView:
+    """Set a secret for its owners (each its own row, sealed to its owner)."""
     scopes = await secrets.put(
-        rt.db,
-        rt.secret_key,
+        db,
+        secret_key,
         caller,
         name=name,
-        value=b.value,
-        tenants=[*b.tenants, *([b.tenant] if b.tenant else [])],
-        all_tenants=b.all_tenants,
-        request_id=request_id(request),
+        value=data.value,
+        tenants=[*data.tenants, *([data.tenant] if data.tenant else [])],
+        all_tenants=data.all_tenants,
+        request_id=request_id,
     )
-    return {"name": name, "owners": [secrets.shown_owner(s) for s in scopes]}
+    return SecretSetView(name=name, owners=[secrets.shown_owner(s) for s in scopes])
 
 
-@get("/api/v1/secrets", opt={"perm": Perm.SECRETS})
-async def list_secrets(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
-    rt = runtime_of(request)
-    caller = await identify(request)
-    return [
-        {**s, "updated_at": s["updated_at"].isoformat()} for s in await secrets.names(rt.db, caller)
-    ]
+@get(
+    "/api/v1/secrets",
+    opt={"perm": Perm.SECRETS},
+    operation_id="listSecrets",
+    responses=contract.errors(),
+)
+async def list_secrets(db: deps.Db, caller: deps.Caller) -> list[SecretView]:
+    """The names (never the values) of the secrets the caller may see."""
+    found = await secrets.names(db, caller)
+    # str(): SQLAlchemy's column names are a str subclass, and msgspec wants plain str keys.
+    return msgspec.convert([{str(k): v for k, v in s.items()} for s in found], list[SecretView])
 
 
-@delete("/api/v1/secrets/{name:str}", opt={"perm": Perm.SECRETS}, status_code=200)
+@delete(
+    "/api/v1/secrets/{name:str}",
+    opt={"perm": Perm.SECRETS},
+    status_code=200,
+    operation_id="removeSecret",
+    responses=contract.errors(404),
+)
 async def remove_secret(
-    request: Request[Any, Any, Any],
-    name: FromPath[str],
-    tenant: FromQuery[list[str] | None] = None,
+    *,
+    name: SecretName,
+    db: deps.Db,
+    caller: deps.Caller,
+    request_id: deps.RequestId,
+    tenant: Annotated[
+        list[str] | None, QueryParameter(description="the owners to remove it from")
+    ] = None,
     all_tenants: FromQuery[bool] = False,
-) -> dict[str, Any]:
-    rt = runtime_of(request)
-    caller = await identify(request)
+) -> RemovedView:
+    """Remove a secret from its owners (the caller's tenant when none is named)."""
     await secrets.remove(
-        rt.db,
+        db,
         caller,
         name=name,
         tenants=tenant or [],
         all_tenants=all_tenants,
-        request_id=request_id(request),
+        request_id=request_id,
     )
-    return {"name": name, "removed": True}
+    return RemovedView(name=name, removed=True)

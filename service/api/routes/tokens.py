@@ -1,17 +1,16 @@
 """/api/v1/tokens: create (the token is in the answer, once), list, revoke."""
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
-from litestar import Request, delete, get, post
-from litestar.params import FromPath, FromQuery
+from litestar import delete, get, post
+from litestar.params import JSONBody, PathParameter, QueryParameter
 
-from service.api import body
-from service.api.body import decode
-from service.api.identity import identify, request_id, runtime_of
+from service.api import body, contract, deps
 from service.auth.permissions import Perm
 from service.db.records import TokenRecord
 from service.domain import tokens
+from service.views import CreatedTokenView, RevokedTokenView, TokenView
 
 
 class TokenBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -23,51 +22,85 @@ class TokenBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     expires_days: Annotated[float, msgspec.Meta(gt=0, le=3650)] = 365.0
 
 
-def token_json(t: TokenRecord) -> dict[str, Any]:
+def _fields(t: TokenRecord) -> dict[str, object]:
     return {
         "name": t.name,
         "kind": t.kind,
         "tenants": t.tenants,
         "created_by": t.created_by,
-        "created_at": t.created_at.isoformat(),
-        "expires_at": t.expires_at.isoformat(),
-        "revoked_at": t.revoked_at.isoformat() if t.revoked_at else None,
+        "created_at": t.created_at,
+        "expires_at": t.expires_at,
+        "revoked_at": t.revoked_at,
     }
 
 
-@post("/api/v1/tokens", opt={"perm": Perm.TOKENS}, status_code=201)
-async def create(request: Request[Any, Any, Any]) -> dict[str, Any]:
-    rt = runtime_of(request)
-    caller = await identify(request)
-    b: TokenBody = await decode(request, TokenBody)
+def token_view(t: TokenRecord) -> TokenView:
+    return TokenView(
+        name=t.name,
+        kind=t.kind,
+        tenants=t.tenants,
+        created_by=t.created_by,
+        created_at=t.created_at,
+        expires_at=t.expires_at,
+        revoked_at=t.revoked_at,
+    )
+
+
+@post(
+    "/api/v1/tokens",
+    opt={"perm": Perm.TOKENS},
+    status_code=201,
+    operation_id="createToken",
+    responses=contract.errors(409, 413),
+)
+async def create(
+    data: JSONBody[TokenBody], db: deps.Db, caller: deps.Caller, request_id: deps.RequestId
+) -> CreatedTokenView:
+    """Mint a token; the token itself is in this answer and nowhere else, ever."""
     token, record = await tokens.create(
-        rt.db,
+        db,
         caller,
-        name=b.name,
-        kind=b.kind,
-        tenants=b.tenants,
-        expires_days=b.expires_days,
-        request_id=request_id(request),
+        name=data.name,
+        kind=data.kind,
+        tenants=data.tenants,
+        expires_days=data.expires_days,
+        request_id=request_id,
     )
-    return {"token": token, **token_json(record)}
+    return msgspec.convert({"token": token, **_fields(record)}, CreatedTokenView)
 
 
-@get("/api/v1/tokens", opt={"perm": Perm.TOKENS})
-async def list_tokens(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
-    rt = runtime_of(request)
-    caller = await identify(request)
-    return [token_json(t) for t in await tokens.list_visible(rt.db, caller)]
+@get(
+    "/api/v1/tokens",
+    opt={"perm": Perm.TOKENS},
+    operation_id="listTokens",
+    responses=contract.errors(),
+)
+async def list_tokens(db: deps.Db, caller: deps.Caller) -> list[TokenView]:
+    """The tokens the caller may see (never the tokens themselves)."""
+    return [token_view(t) for t in await tokens.list_visible(db, caller)]
 
 
-@delete("/api/v1/tokens/{name:str}", opt={"perm": Perm.TOKENS}, status_code=200)
+@delete(
+    "/api/v1/tokens/{name:str}",
+    opt={"perm": Perm.TOKENS},
+    status_code=200,
+    operation_id="revokeToken",
+    responses=contract.errors(404, 409),
+)
 async def revoke(
-    request: Request[Any, Any, Any], name: FromPath[str], force: FromQuery[bool] = False
-) -> dict[str, Any]:
+    *,
+    name: Annotated[str, PathParameter(description="the token's name", **body.NAME_PARAM)],
+    db: deps.Db,
+    caller: deps.Caller,
+    request_id: deps.RequestId,
+    forget_caller: deps.ForgetCaller,
+    force: Annotated[
+        bool, QueryParameter(description="revoke the caller's own credential or the last admin")
+    ] = False,
+) -> RevokedTokenView:
     """Revoke; refused (409) for the caller's own credential or the last admin, unless force."""
-    rt = runtime_of(request)
-    caller = await identify(request)
-    record = await tokens.revoke(
-        rt.db, caller, name=name, force=force, request_id=request_id(request)
+    record = await tokens.revoke(db, caller, name=name, force=force, request_id=request_id)
+    forget_caller(name)  # at once here; other servers on the NOTIFY
+    return msgspec.convert(
+        {**_fields(record), "yours": caller.credential == name}, RevokedTokenView
     )
-    rt.forget_caller(name)  # at once here; other servers on the NOTIFY
-    return {**token_json(record), "yours": caller.credential == name}

@@ -108,7 +108,7 @@ def error_page(request: AnyRequest, exc: Exception) -> Response[Any]:
         status, message = exc.status_code, str(exc.detail)
     else:
         answer = errors.unexpected(request, exc)
-        status, message = int(answer.status_code or 500), str(answer.content["error"])
+        status, message = int(answer.status_code or 500), answer.content.error
     if _fragment(request):
         return Response(message, status_code=status, media_type="text/plain")
     return Template(

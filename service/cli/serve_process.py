@@ -1,4 +1,4 @@
-"""The running server, one asyncio program.
+"""What `berth serve` runs (cli/serve.py parses and starts it): the server, one asyncio program.
 
 uvicorn, the hub, LISTEN, the leader's loops and the built-in worker, stopped together on
 SIGTERM/SIGINT. A side task that fails with anything but an expected error (a leader loop after
@@ -33,7 +33,7 @@ from service.background.provision import Provision
 from service.background.silence import ExpireSilent
 from service.background.supervisor import run_when_leader
 from service.cli.client import CliError, remove_server_url, write_server_url
-from service.cli.database import database_errors
+from service.cli.ops_db import database_errors
 from service.config import Config, home
 from service.core.errors import BerthError, Unavailable
 from service.core.exits import Exit
@@ -182,9 +182,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                 provision,
             ]
             tg.create_task(
-                run_when_leader(
-                    leader, loops, stop, max_failures=cfg.executor.loop_max_failures
-                ),
+                run_when_leader(leader, loops, stop, max_failures=cfg.executor.loop_max_failures),
                 name="leader",
             )
             listening = tg.create_task(_listening(server, scheme, host, stop), name="listening")
