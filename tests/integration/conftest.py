@@ -55,8 +55,7 @@ def rebuilt(api: Api, **changes: Any) -> Api:
     the same database, hub and admin, as `berth serve` would have built it from the start."""
     rt = dataclasses.replace(api.rt, **changes)
     app = create_app(rt)
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://berth.test")
-    return Api(client=client, rt=rt, admin=api.admin, app=app)
+    return Api(client=checked_client(app), rt=rt, admin=api.admin, app=app)
 
 
 def config(extra: dict | None = None) -> Config:

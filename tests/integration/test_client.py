@@ -30,7 +30,7 @@ from service.client import (
 )
 from service.domain import leasing, tokens
 from service.domain.artifacts import server_store
-from tests.integration.conftest import KEY, Api
+from tests.integration.conftest import KEY, Api, rebuilt
 from tests.procs import free_port
 
 DATA = b"hello, artifact\n"
@@ -92,9 +92,16 @@ class LoopTransport(httpx.BaseTransport):
 
 
 @pytest.fixture
-async def berth(api: Api, tmp_path: Path) -> AsyncIterator[AsyncBerthClient]:
-    """The async client on the in-process app, which has an artifact store under tmp_path."""
-    api.rt.cas = server_store.open_server_store(api.rt.config, home=tmp_path, secret_key=KEY)
+def api(api: Api, tmp_path: Path) -> Api:
+    """The in-process server, with an artifact store under tmp_path."""
+    return rebuilt(
+        api, cas=server_store.open_server_store(api.rt.config, home=tmp_path, secret_key=KEY)
+    )
+
+
+@pytest.fixture
+async def berth(api: Api) -> AsyncIterator[AsyncBerthClient]:
+    """The async client on the in-process app."""
     transport = api.client._transport
     assert isinstance(transport, httpx.AsyncBaseTransport)
     async with AsyncBerthClient("http://berth.test", api.admin, transport=transport) as client:
