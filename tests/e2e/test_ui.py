@@ -90,6 +90,8 @@ class TestPages:
         assert "No jobs yet" in c.get("/ui/jobs").text
         assert "No job you may see matches" in c.get("/ui/jobs?state=failed").text
         assert "No entry matches" in c.get("/ui/audit?action=nothing.like.this").text
+        # `caller` is the filter here, not the app's injected caller of the same name.
+        assert "No entry matches" in c.get("/ui/audit?caller=human:nobody").text
         assert "No limit set" in c.get("/ui/pools").text
         assert c.get("/ui/static/htmx.min.js").status_code == 200
         assert c.get("/ui/static/berth.css").status_code == 200

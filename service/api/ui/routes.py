@@ -208,7 +208,8 @@ async def pools(request: AnyRequest) -> Template:
 )
 async def audit_page(  # noqa: PLR0917  (one query parameter per filter)
     request: AnyRequest,
-    caller: FromQuery[str | None] = None,
+    # Not `caller`: that name is the app's injected caller (api/deps.py), not this filter.
+    by_caller: Annotated[str | None, QueryParameter(name="caller")] = None,
     action: FromQuery[str | None] = None,
     tenant: FromQuery[str | None] = None,
     target: FromQuery[str | None] = None,
@@ -218,7 +219,7 @@ async def audit_page(  # noqa: PLR0917  (one query parameter per filter)
     rt = runtime_of(request)
     who = await identify(request)
     limit = max(1, min(limit, 10000))
-    asked = {"caller": caller, "action": action, "tenant": tenant, "target": target}
+    asked = {"caller": by_caller, "action": action, "tenant": tenant, "target": target}
     match = {k: v.strip() for k, v in asked.items() if v and v.strip()}
     entries = await audit.recent(rt.db, who, limit=limit, match=match)
     return await page(
