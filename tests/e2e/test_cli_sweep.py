@@ -79,6 +79,7 @@ class TestEveryCommand:
                 failures.append((cmd.name, code, err[-600:]))
         assert failures == []
 
+    @pytest.mark.timeout(600)  # some fifty commands in a row, each its own process
     def test_against_a_server_with_closed_stdout(self, server_factory, tmp_path):
         """With a server, output to a closed pipe ends quietly (141); errors stay one line."""
         s = server_factory()
