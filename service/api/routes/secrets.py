@@ -82,7 +82,7 @@ async def remove_secret(
     caller: deps.Caller,
     request_id: deps.RequestId,
     tenant: Annotated[
-        list[str] | None, QueryParameter(description="the owners to remove it from")
+        list[body.Name] | None, QueryParameter(description="the owners to remove it from")
     ] = None,
     all_tenants: FromQuery[bool] = False,
 ) -> RemovedView:
