@@ -308,4 +308,6 @@ async def logs(
             await asyncio.sleep(idle)
             idle = min(idle * 2, 0.5)
 
-    return Stream(lines(), media_type=contract.NDJSON)
+    # The header, not media_type alone: Litestar's Stream takes the handler's media type (JSON)
+    # over its own, and NDJSON is what the document and the client expect.
+    return Stream(lines(), media_type=contract.NDJSON, headers={"content-type": contract.NDJSON})
