@@ -4,6 +4,8 @@
     emit(loss=0.5, step=10)              # numbers kept per job (`berth job show --json`)
     ref = save_artifact("model.pt")      # into the artifact store, for this job's tenant
     load_artifact(ref, "model.pt")       # a blob this job's tenant holds, into a file
+    if request_approval("deploy v2", "to prod"):  # blocks until a person answers
+        ...
 
 Each call goes to the job's worker over a socket in the job's own folder, with a secret of
 this lease; the worker acts while the lease is live and refuses once it ended. This package
@@ -11,6 +13,6 @@ imports nothing else of berth (an import contract keeps it so): it must load in 
 job brings.
 """
 
-from berth_runtime.relay import RelayError, emit, load_artifact, save_artifact
+from berth_runtime.relay import RelayError, emit, load_artifact, request_approval, save_artifact
 
-__all__ = ["RelayError", "emit", "load_artifact", "save_artifact"]
+__all__ = ["RelayError", "emit", "load_artifact", "request_approval", "save_artifact"]

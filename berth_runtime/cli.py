@@ -1,27 +1,18 @@
 """`berth` inside a job: the CLI calls a job may make, relayed by its worker.
 
-Submit, show, wait for and cancel jobs of the job's own tenant, and put and get artifacts; the
-server signs them `job:<id>`. Anything else is refused here, and again by the server.
+Submit, show, wait for and cancel jobs of the job's own tenant, put and get artifacts, and ask
+for approval (exit 0 approved, 1 denied or timed out); the server signs them `job:<id>`.
+Anything else is refused here, and again by the server.
 """
 
 import argparse
 import json
 import sys
 import time
-from typing import Any
 
-from berth_runtime.relay import RelayError, call, load_artifact, save_artifact
+from berth_runtime.relay import RelayError, api, load_artifact, request_approval, save_artifact
 
 TERMINAL = {"succeeded": 0, "failed": 1, "cancelled": 130, "timed_out": 124}
-
-
-def api(method: str, path: str, body: Any = None) -> Any:  # noqa: ANN401
-    answer = call({"op": "api", "method": method, "path": path, "body": body})
-    status, data = int(answer["status"]), answer.get("body")
-    if status >= 400:
-        message = data.get("error") if isinstance(data, dict) else None
-        raise RelayError(message or f"HTTP {status}")
-    return data
 
 
 def parser() -> argparse.ArgumentParser:
@@ -49,6 +40,10 @@ def parser() -> argparse.ArgumentParser:
     g = cas.add_parser("get")
     g.add_argument("ref")
     g.add_argument("out", nargs="?")
+    approval = sub.add_parser("approval").add_subparsers(dest="action", required=True)
+    r = approval.add_parser("request", help="ask a person's yes; wait for the answer")
+    r.add_argument("title")
+    r.add_argument("--details", default="")
     return p
 
 
@@ -65,6 +60,10 @@ def wait(job_id: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.group == "approval":
+        approved = request_approval(args.title, args.details)
+        print("approved" if approved else "denied")
+        return 0 if approved else 1
     if args.group == "cas":
         if args.action == "put":
             print(save_artifact(args.file))

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -107,3 +108,42 @@ def load_artifact(ref: str, path: str | os.PathLike[str]) -> Path:
                 left -= len(chunk)
         tmp.replace(target)
     return target
+
+
+APPROVAL_POLL_MAX = 2.0  # seconds between two looks at an open request, at most
+TRANSIENT = frozenset({429, 502, 503, 504})  # answers to look again after
+
+
+def api(method: str, path: str, body: Any = None) -> Any:  # noqa: ANN401  (the server's JSON)
+    """A relayed API call's body; RelayError with the server's refusal."""
+    return _body(call({"op": "api", "method": method, "path": path, "body": body}))
+
+
+def _body(answer: dict[str, Any]) -> Any:  # noqa: ANN401
+    status, data = int(answer["status"]), answer.get("body")
+    if status >= 400:
+        message = data.get("error") if isinstance(data, dict) else None
+        raise RelayError(message or f"HTTP {status}")
+    return data
+
+
+def request_approval(title: str, details: str = "") -> bool:
+    """Ask a person's yes and wait for it: True once approved, False when denied or timed out.
+
+    Another member of the job's tenant answers (`berth approval approve|deny ID`); unanswered
+    after the pool's `approval_timeout_seconds`, the server denies it. The job keeps its slot
+    while it waits. RelayError when the lease ends first (the job was cancelled, its worker lost).
+    """
+    asked = api("POST", "/api/v1/approvals", {"title": title, "details": details})
+    path = f"/api/v1/approvals/{int(asked['id'])}"
+    delay = 0.2
+    while asked["state"] == "pending":
+        time.sleep(delay)
+        delay = min(delay * 2, APPROVAL_POLL_MAX)
+        answer = call({"op": "api", "method": "GET", "path": path, "body": None})
+        if int(answer["status"]) in TRANSIENT:
+            continue  # the server restarting, or busy: the request waits in its table
+        asked = _body(answer)
+    if asked["state"] == "closed":
+        raise RelayError(f"approval request {asked['id']} was closed: {asked.get('reason', '')}")
+    return bool(asked["approved"])

@@ -94,7 +94,7 @@ class Executor(Section, frozen=True):
     credential_rotate_hours: float = 24.0  # a joined worker's credential is replaced this often
     output_tail_kb: float = 256.0  # a job's newest output kept in Postgres; the rest in the store
     pack_seconds: float = 10.0  # how often older output moves to the store (at most 30 s)
-    loop_seconds: float = 1.0  # cadence of the leader's silence and sealing passes
+    loop_seconds: float = 1.0  # cadence of the leader's silence, sealing and approvals passes
     # A dispatch pass runs when NOTIFY or a local event pokes it, and at least this often
     # (host samples move thresholds without any event).
     dispatch_fallback_seconds: float = 2.0
@@ -146,6 +146,9 @@ class Provisioner(Section, frozen=True):
     compute: Compute = msgspec.field(default_factory=Compute)
 
 
+MAX_APPROVAL_SECONDS = 366 * 86400.0
+
+
 class Pool(Section, frozen=True):
     slots: dict[str, int] = msgspec.field(default_factory=lambda: {"default": 2})
     # pools.serve only: the built-in worker of `berth serve`. Default: on with auth = "token",
@@ -155,6 +158,10 @@ class Pool(Section, frozen=True):
     min_memory_gb: float = 0.0
     min_disk_gb: float = 0.0
     provisioner: Provisioner | None = None
+    # Who may answer a job's request_approval: any member of its tenant but the job's creator
+    # ("four-eyes"), or any member ("any-member"); unanswered after the timeout, it is denied.
+    approvals: Literal["four-eyes", "any-member"] = "four-eyes"
+    approval_timeout_seconds: float = 3600.0
 
 
 class Cas(Section, frozen=True):
@@ -283,12 +290,7 @@ def check(config: Config) -> None:
         check_database_url(config.database.url)
     _check_executor(config.executor)
     for name, pool in config.pools.items():
-        if not pool.slots or any(n < 0 for n in pool.slots.values()):
-            raise Invalid(f"pools.{name}.slots must name at least one kind with slots >= 0")
-        if pool.builtin is not None and name != "serve":
-            raise Invalid(f"pools.{name}.builtin: only pools.serve has a built-in worker")
-        if pool.provisioner is not None:
-            _check_provisioner(config, name, pool.provisioner)
+        _check_pool(config, name, pool)
     _check_cas(config.cas)
     _check_tenants(config.tenants)
     for key in ("embedded_check_seconds", "embedded_restart_max_seconds"):
@@ -304,6 +306,20 @@ def check(config: Config) -> None:
             raise Invalid(f"network.proxy.rules[{i}].when must name at least one claim")
         if rule.names and rule.caller != "worker":
             raise Invalid(f"network.proxy.rules[{i}].names: only a worker rule names workers")
+
+
+def _check_pool(config: Config, name: str, pool: Pool) -> None:
+    if not pool.slots or any(n < 0 for n in pool.slots.values()):
+        raise Invalid(f"pools.{name}.slots must name at least one kind with slots >= 0")
+    if pool.builtin is not None and name != "serve":
+        raise Invalid(f"pools.{name}.builtin: only pools.serve has a built-in worker")
+    if pool.provisioner is not None:
+        _check_provisioner(config, name, pool.provisioner)
+    if not 0 < pool.approval_timeout_seconds <= MAX_APPROVAL_SECONDS:
+        raise Invalid(
+            f"pools.{name}.approval_timeout_seconds must be positive and at most "
+            f"{MAX_APPROVAL_SECONDS:g} (366 days)"
+        )
 
 
 # Which compute keys each provider reads; any other key set for it would do nothing.

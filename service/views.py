@@ -280,6 +280,29 @@ class AuditEntryView(View):
     seq: int | None  # its place in the sealed chain; null until sealed
 
 
+# -- approvals -------------------------------------------------------------------------------
+
+
+class ApprovalView(View):
+    """One approval request; `approved` is what the asking job's call returns."""
+
+    id: int
+    job: int
+    tenant: str
+    pool: str
+    title: str
+    details: str
+    state: str  # pending, approved, denied, timed_out (a denial) or closed (the lease ended)
+    approved: bool
+    policy: str  # four-eyes or any-member
+    job_creator: str
+    created_at: datetime
+    deadline: datetime
+    answered_by: str | None
+    answered_at: datetime | None
+    reason: str
+
+
 # -- artifacts -------------------------------------------------------------------------------
 
 

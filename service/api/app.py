@@ -5,7 +5,18 @@ from litestar import Litestar
 from service.api import body, deps, errors, guards, openapi
 from service.api.channel import socket as worker_socket
 from service.api.channel.hub import Hub
-from service.api.routes import audit, cas, fleet, health, jobs, joining, limits, secrets, tokens
+from service.api.routes import (
+    approvals,
+    audit,
+    cas,
+    fleet,
+    health,
+    jobs,
+    joining,
+    limits,
+    secrets,
+    tokens,
+)
 from service.api.runtime import Runtime
 
 ROUTES = [
@@ -32,6 +43,11 @@ ROUTES = [
     secrets.list_secrets,
     secrets.remove_secret,
     audit.list_audit,
+    approvals.ask,
+    approvals.list_approvals,
+    approvals.show,
+    approvals.approve,
+    approvals.deny,
     *cas.HANDLERS,
     worker_socket.attach,
 ]

@@ -78,6 +78,8 @@ class StrictRequest(Request[Any, Any, Any]):
             return await super().json()
         raw = await self.body()
         if not raw.strip():
+            if declared.is_optional:  # a body the handler may go without (an answer's reason)
+                return None
             raise invalid(BODY_REQUIRED, None)
         try:
             parsed = _JSON.decode(raw)

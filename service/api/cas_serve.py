@@ -20,8 +20,8 @@ from litestar.response import Stream
 from service.api import cas_wire, errors
 from service.api.identity import Conn, bearer
 from service.core.errors import Forbidden, NotFound, Unauthenticated
-from service.domain import artifacts
-from service.domain.artifacts import ServerStore
+from service.domain.artifacts import blobs
+from service.domain.artifacts.server_store import ServerStore
 from service.views import StoredView
 
 BASE = "/cas"
@@ -63,25 +63,25 @@ async def list_blobs(request: Request[Any, Any, Any]) -> Stream:
 
 @head(BLOB)
 async def stat_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> Response[None]:
-    return cas_wire.head(await artifacts.size_of(_server(request), sha256))
+    return cas_wire.head(await blobs.size_of(_server(request), sha256))
 
 
 @get(BLOB)
 async def get_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> Response[Any]:
     server = _server(request)
-    size = await artifacts.size_of(server, sha256)
+    size = await blobs.size_of(server, sha256)
     return await cas_wire.send(server, sha256, size, request.headers.get("range"))
 
 
 @put(BLOB, request_max_body_size=None)  # streamed to the store: any size
 async def put_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> Response[StoredView]:
-    result = await artifacts.write(_server(request), sha256, request.stream())
+    result = await blobs.write(_server(request), sha256, request.stream())
     return cas_wire.stored(result)
 
 
 @delete(BLOB, status_code=204)
 async def delete_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> None:
-    if not await artifacts.delete(_server(request), sha256):
+    if not await blobs.delete(_server(request), sha256):
         raise NotFound(f"no blob {sha256}")
 
 

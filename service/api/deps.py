@@ -27,7 +27,7 @@ from service.core.placement import PoolSpec
 from service.db import embedded
 from service.db.engine import Database
 from service.domain import limits
-from service.domain.artifacts import ServerStore
+from service.domain.artifacts.server_store import ServerStore
 from service.views import ServerView
 
 Req = Request[Any, Any, Any]

@@ -38,7 +38,16 @@ def berth_error(_: Request[Any, Any, Any], exc: BerthError) -> Response[ErrorVie
     return body(exc.message, exc.status, exc.field)
 
 
-def validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Response[ErrorView]:
+def _wire_name(request: Request[Any, Any, Any], key: str) -> str:
+    """The name a parameter has on the wire (`state`), not in the handler (`job_state`)."""
+    field = request.route_handler.parsed_fn_signature.parameters.get(key)
+    kwarg = getattr(field, "kwarg_definition", None)
+    return str(getattr(kwarg, "name", None) or getattr(kwarg, "query", None) or key)
+
+
+def validation_error(
+    request: Request[Any, Any, Any], exc: ValidationException
+) -> Response[ErrorView]:
     """A parameter or body that does not validate: 400 naming the first field at fault."""
     problems = exc.extra if isinstance(exc.extra, list) else []
     first: dict[str, Any] = problems[0] if problems and isinstance(problems[0], dict) else {}
@@ -50,6 +59,7 @@ def validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Res
         # Litestar's own words when the body is absent ("'data'") or its type does not fit.
         message, key = (BODY_REQUIRED if message == "'data'" else f"invalid body: {message}"), None
     elif source in SOURCES and key:
+        key = _wire_name(request, key)
         message = f"invalid {SOURCES[source]} {key}: {message}"
     return body(message, 400, key)
 

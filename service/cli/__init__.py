@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Sequence
 
 from service import __version__
-from service.cli import cas, db, job, limits, ops, serve, simple, token, worker
+from service.cli import approval, cas, db, job, limits, ops, serve, simple, token, worker
 from service.cli.client import CliError
 from service.core import exits
 from service.core.exits import Exit
@@ -63,6 +63,7 @@ def parser() -> argparse.ArgumentParser:
     limits.add(sub)
     ops.add(sub)
     cas.add(sub)
+    approval.add(sub)
     return p
 
 

@@ -97,3 +97,22 @@ class OutputChunk(Record):
     id: int
     stream: str
     data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord(Record):
+    id: int
+    job_id: int
+    epoch: int
+    tenant: str
+    pool: str
+    title: str
+    details: str
+    state: str  # pending | approved | denied | timed_out | closed
+    policy: str  # four-eyes | any-member
+    job_creator: str
+    created_at: datetime
+    deadline: datetime
+    answered_by: str | None
+    answered_at: datetime | None
+    reason: str

@@ -344,3 +344,31 @@ job_log_segments = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Index("ix_job_log_segments_job_id_last_id", "job_id", "last_id"),
 )
+
+# A job's request for a person's yes (`request_approval`), asked through its worker's relay while
+# its lease (job_id, epoch) is live. The policy and deadline are fixed when it is asked (from
+# [pools.P] of the worker holding the lease); the server times it out as denied at `deadline`
+# (the leader's pass, and every read or answer, in the same transaction).
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("job_id", BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("pool", String(128), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("details", Text, nullable=False, server_default=""),
+    # pending | approved | denied | timed_out | closed (the lease ended first)
+    Column("state", String(16), nullable=False, server_default="pending"),
+    Column("policy", String(16), nullable=False),  # four-eyes | any-member
+    Column("job_creator", String(200), nullable=False),  # four-eyes: who may not answer
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("deadline", DateTime(timezone=True), nullable=False),
+    Column("answered_by", String(200)),
+    Column("answered_at", DateTime(timezone=True)),
+    Column("reason", Text, nullable=False, server_default=""),
+    Index("ix_approvals_pending", "deadline", postgresql_where=text("state = 'pending'")),
+    Index("ix_approvals_tenant_id", "tenant", "id"),
+    Index("ix_approvals_job_id", "job_id"),
+)

@@ -22,8 +22,9 @@ from service.db.queries import leases as leases_q
 from service.db.queries import workers as workers_q
 from service.db.queries.artifacts import Ref
 from service.db.records import JobRecord, OutputChunk
-from service.domain import artifacts, audit, provisioning, secrets
+from service.domain import approvals, audit, provisioning, secrets
 from service.domain import output as output_d
+from service.domain.artifacts import references, server_store
 from service.domain.fleet import worker_views
 from service.domain.tokens import check_name, tenant_to_write
 
@@ -107,7 +108,7 @@ async def submit(
     *,
     in_force: Config,
     request_id: str = "",
-    cas: artifacts.ServerStore | None = None,
+    cas: server_store.ServerStore | None = None,
 ) -> list[JobRecord]:
     """Queue jobs (all or none); every server's dispatcher hears of them on commit.
 
@@ -184,23 +185,23 @@ def _code_by_hash(rows: list[dict[str, Any]]) -> dict[str, bytes]:
 async def _reference(
     conn: AsyncConnection,
     created: list[JobRecord],
-    cas: artifacts.ServerStore,
+    cas: server_store.ServerStore,
     sizes: Mapping[str, int],
     *,
     by: str,
 ) -> None:
     """The jobs' inputs (which their tenants must hold) and code, referenced for them."""
-    await artifacts.reference_held(
+    await references.reference_held(
         conn,
         [
-            artifacts.Named(job.tenant, item["sha256"], "input", job.id)
+            references.Named(job.tenant, item["sha256"], "input", job.id)
             for job in created
             for item in job.inputs
         ],
         by=by,
         gc_days=cas.gc_days,
     )
-    await artifacts.reference(
+    await references.reference(
         conn,
         [
             Ref(job.tenant, job.python_sha256, sizes[job.python_sha256], "code", job.id, by)
@@ -221,13 +222,13 @@ async def get(db: Database, caller: Caller, job_id: int) -> JobRecord:
 async def waiting_for(
     db: Database, job: JobRecord, pools: Mapping[str, PoolSpec], cfg: Config | None = None
 ) -> str:
-    """What a queued job waits for, in words; "" for a job that is not queued.
+    """What a queued job waits for, in words; a running one, the approval it asked for, if any.
 
     With the config in force, a job of a provisioned pool also hears what its provisioner does
     about it (starting workers, backing off after failed starts, held at max).
     """
     if job.state != JobState.QUEUED:
-        return ""
+        return await approvals.waiting(db, job)
     async with db.begin() as conn:
         workers = await workers_q.list_all(conn)
         used = await leases_q.live_counts(conn, [w.id for w in workers])

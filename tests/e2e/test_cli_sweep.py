@@ -222,6 +222,11 @@ class TestBadDatabaseUrl:
 # below (job 1 has ended; worker w1 has stopped; a secret and a limit exist). A command that
 # offers --json and is missing here fails the test: add it.
 JSON_ARGS: dict[str, tuple[str, ...]] = {
+    # Job 2 (another tenant's member's) asked for approvals 1 and 2; first, before `job cancel 2`.
+    "approval list": ("approval", "list"),
+    "approval show": ("approval", "show", "1"),
+    "approval approve": ("approval", "approve", "1"),
+    "approval deny": ("approval", "deny", "2"),
     "token create": ("token", "create", "made"),
     "token list": ("token", "list"),
     "token revoke": ("token", "revoke", "made"),
@@ -248,6 +253,13 @@ JSON_ARGS: dict[str, tuple[str, ...]] = {
     "secret rm": ("secret", "rm", "s1"),
     "audit list": ("audit", "list"),
 }
+TWO_ASKS = """
+import threading
+from berth_runtime import request_approval
+asks = [threading.Thread(target=request_approval, args=(t,)) for t in ("one", "two")]
+[a.start() for a in asks]
+[a.join() for a in asks]
+"""
 # `berth worker` itself runs a worker: its --json belongs to `worker list`.
 NOT_A_JSON_COMMAND = {"worker"}
 
@@ -272,6 +284,11 @@ class TestJson:
             "w1 attached",
         )
         w.stop()
+        asker = s.cli("token", "create", "asker", "--kind", "service", "--tenant", "t").out.strip()
+        (tmp_path / "asks.py").write_text(TWO_ASKS)
+        asks = s.cli("job", "submit", "--python", str(tmp_path / "asks.py"), token=asker)
+        assert asks.code == 0, asks.err  # job 2
+        wait_for(lambda: len(s.api("GET", "/api/v1/approvals").json()) == 2, 60, "2 requests")
         offered = {c.name for c in commands(tmp_path / "files") if c.json} - NOT_A_JSON_COMMAND
         assert offered == set(JSON_ARGS), offered ^ set(JSON_ARGS)
         env = s.env(BERTH_TOKEN=s.token)

@@ -175,6 +175,7 @@ class TestErrorField:
             ("POST", "/api/v1/jobs", b'{"command": ["true"], "env": {"1BAD": "x"}}', "env"),
             ("POST", "/api/v1/jobs", b'{"python": "x", "command": ["y"]}', "command"),
             ("GET", "/api/v1/jobs?limit=0", b"", "limit"),
+            ("GET", "/api/v1/jobs?state=bogus", b"", "state"),  # the wire's name, not the code's
             ("GET", "/api/v1/audit?limit=x", b"", "limit"),
             ("PUT", "/api/v1/secrets/k", b'{"value": "v", "tenant": "a b"}', "tenant"),
         ],

@@ -68,6 +68,24 @@ class TestDefaults:
         assert pool.slots == {"default": 2}
         assert (pool.max_load, pool.min_memory_gb, pool.min_disk_gb) == (0.0, 0.0, 0.0)
         assert pool.provisioner is None
+        assert (pool.approvals, pool.approval_timeout_seconds) == ("four-eyes", 3600.0)
+
+    @pytest.mark.parametrize(
+        ("pool", "words"),
+        [
+            (
+                {"approvals": "anyone"},
+                r"Invalid enum value .anyone. - at `\$\.pools\[\.\.\.\]\.approvals`",
+            ),
+            ({"approval_timeout_seconds": 0}, r"pools\.p\.approval_timeout_seconds must be"),
+            ({"approval_timeout_seconds": "nan"}, "approval_timeout_seconds"),
+            ({"approval_timeout_seconds": 400 * 86400}, "366 days"),
+        ],
+    )
+    def test_approval_keys(self, absent, pool, words):
+        """Who answers is one of two policies; the timeout is positive and at most 366 days."""
+        with pytest.raises(Invalid, match=words):
+            load(absent, environ=overlay({"pools": {"p": pool}}))
 
     def test_provisioner_defaults(self, absent):
         """An empty provisioner table takes the documented max, idle, orphan and provider."""

@@ -2,9 +2,9 @@
 
 The worker sends them over its socket naming the job's lease; they are answered only while that
 lease is the worker's live one, and only for what a job may do: submit, list, show, wait for and
-cancel jobs, read artifacts. The call runs through this server's own routes, guards and tenant
-filters as `job:<id>`, a member of the job's tenant only; writes are signed `job:<id>` and the
-audit names the job's creator beside it.
+cancel jobs, read artifacts, ask for approval and read the answer. The call runs through this
+server's own routes, guards and tenant filters as `job:<id>`, a member of the job's tenant only;
+writes are signed `job:<id>` and the audit names the job's creator beside it.
 """
 
 import json
@@ -30,6 +30,9 @@ ALLOWED = (
     ("GET", re.compile(r"^/api/v1/jobs/\d+$")),
     ("POST", re.compile(r"^/api/v1/jobs/\d+/cancel$")),
     ("GET", re.compile(r"^/api/v1/jobs/\d+/logs(\?[^#]*)?$")),
+    # request_approval: ask, then read the answer (only the job's own requests; never answer).
+    ("POST", re.compile(r"^/api/v1/approvals$")),
+    ("GET", re.compile(r"^/api/v1/approvals/\d+$")),
     # Only HEAD: the worker asks whether the job's tenant holds a blob, then reads it from the
     # store itself; a relayed answer is one frame, never a blob.
     ("HEAD", re.compile(r"^/api/v1/cas/[0-9a-f]{64}$")),

@@ -19,11 +19,11 @@ from litestar.params import FromQuery, HeaderParameter, PathParameter, QueryPara
 
 from service.api import body, cas_wire, contract, deps
 from service.auth.permissions import Perm
-from service.domain import artifacts
+from service.domain.artifacts import access, server_store
 from service.views import StoredView
 
 TENANT = "/api/v1/cas"
-WORKER = artifacts.WORKER_PATH
+WORKER = server_store.WORKER_PATH
 BLOB = "{sha256:str}"
 
 Sha256 = Annotated[
@@ -80,7 +80,7 @@ async def stat_blob(
     sha256: Sha256, db: deps.Db, store: deps.Store, caller: deps.Caller, tenant: Tenant = None
 ) -> Response[None]:
     """The blob's size as Content-Length; 404 unless the tenant holds it."""
-    size = await artifacts.stat(db, store, caller, sha256=sha256, tenant=tenant)
+    size = await access.stat(db, store, caller, sha256=sha256, tenant=tenant)
     return cas_wire.head(size)
 
 
@@ -102,7 +102,7 @@ async def get_blob(
     byte_range: Range = None,
 ) -> Response[Any]:
     """The blob (verified as it streams) or a `Range` of it; 404 unless the tenant holds it."""
-    size = await artifacts.stat(db, store, caller, sha256=sha256, tenant=tenant)
+    size = await access.stat(db, store, caller, sha256=sha256, tenant=tenant)
     return await cas_wire.send(store, sha256, size, byte_range)
 
 
@@ -128,7 +128,7 @@ async def put_blob(
     tenant: Tenant = None,
 ) -> Response[StoredView]:
     """Upload a blob for the tenant: 201 kept (new or not), 422 not its hash, 413/429 a bound."""
-    result = await artifacts.upload(
+    result = await access.upload(
         db,
         store,
         caller,
@@ -170,7 +170,7 @@ async def worker_stat_blob(
     sha256: Sha256, db: deps.Db, store: deps.Store, caller: deps.Caller
 ) -> Response[None]:
     """The blob's size, if the worker may read it (a tenant-bound one: its tenants' blobs)."""
-    return cas_wire.head(await artifacts.worker_stat(db, store, caller, sha256=sha256))
+    return cas_wire.head(await access.worker_stat(db, store, caller, sha256=sha256))
 
 
 @get(
@@ -185,7 +185,7 @@ async def worker_get_blob(
     sha256: Sha256, db: deps.Db, store: deps.Store, caller: deps.Caller, byte_range: Range = None
 ) -> Response[Any]:
     """The blob, or a `Range` of it, if the worker may read it."""
-    size = await artifacts.worker_stat(db, store, caller, sha256=sha256)
+    size = await access.worker_stat(db, store, caller, sha256=sha256)
     return await cas_wire.send(store, sha256, size, byte_range)
 
 
@@ -212,7 +212,7 @@ async def worker_put_blob(
     what: FromQuery[Literal["output", "log", "upload"] | None] = None,
 ) -> Response[StoredView]:
     """A worker's write; with job, epoch and what, referenced for the job's tenant (fenced)."""
-    result = await artifacts.worker_upload(
+    result = await access.worker_upload(
         db,
         store,
         caller,
