@@ -35,7 +35,9 @@ def _existing(path: str, params: dict[str, Any]) -> None:
             params["sha256"] = SEEDS["blob"]
     elif path.startswith("/api/v1/jobs/{job_id}") and "job" in SEEDS:
         if isinstance(params.get("job_id"), int) and params["job_id"] > 0 and _half(params):
-            params["job_id"] = SEEDS["job"]
+            # A followed output streams until its job ends, and no job here ever runs: logs
+            # are read of one that was cancelled (it has ended), the rest of a queued one.
+            params["job_id"] = SEEDS["ended" if path.endswith("/logs") else "job"]
     elif path.startswith("/api/v1/workers/{name}") and "worker" in SEEDS:
         if _half(params.get("name")):
             params["name"] = SEEDS["worker"]

@@ -133,7 +133,7 @@ def _failures(run: subprocess.CompletedProcess[str]) -> str:
 
 
 def _seed(server: Server, worker_factory: Any) -> dict[str, Any]:
-    """A worker that attached once and left, then a queued job and a blob: names to find."""
+    """A worker that attached once and left, then a queued job, a cancelled one and a blob."""
     worker: Worker = worker_factory(server, server.worker_token("seed"), "serve", name="seed")
     deadline = time.monotonic() + 120
     names: list[str] = []
@@ -150,10 +150,19 @@ def _seed(server: Server, worker_factory: Any) -> dict[str, Any]:
     assert attached == [False], attached
     job = server.api("POST", "/api/v1/jobs", json={"command": ["true"]})
     assert job.status_code == 201, job.text
+    ended = server.api("POST", "/api/v1/jobs", json={"command": ["true"]})
+    assert ended.status_code == 201, ended.text
+    cancelled = server.api("POST", f"/api/v1/jobs/{ended.json()['id']}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
     blob = hashlib.sha256(BLOB).hexdigest()
     put = server.api("PUT", f"/api/v1/cas/{blob}", content=BLOB)
     assert put.status_code == 201, put.text
-    return {"job": job.json()["id"], "blob": blob, "worker": names[0]}
+    return {
+        "job": job.json()["id"],
+        "ended": ended.json()["id"],
+        "blob": blob,
+        "worker": names[0],
+    }
 
 
 @pytest.mark.timeout(1200)
