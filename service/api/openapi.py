@@ -111,6 +111,39 @@ def _bodies(app: Litestar, doc: dict[str, Any]) -> None:
                 content["application/json"]["schema"] = schema
 
 
+def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+def _list_queries(app: Litestar, doc: dict[str, Any]) -> None:
+    """Each repeated query parameter (`?tenant=a&tenant=b`) with its items' bounds.
+
+    As msgspec checks them: Litestar's schema says "a list of any strings".
+    """
+    lists: dict[tuple[str, str], Any] = {}
+    for h in handlers(app):
+        for name, field in h.parsed_fn_signature.parameters.items():
+            given = typing.get_args(field.annotation) or (field.annotation,)
+            arms = [a for a in given if a is not type(None)]
+            if len(arms) == 1 and typing.get_origin(arms[0]) is list:
+                lists[(str(h.operation_id), name)] = arms[0]
+    for item in doc.get("paths", {}).values():
+        for op in item.values():
+            if not isinstance(op, dict):
+                continue
+            for param in op.get("parameters", []):
+                annotation = lists.get((op.get("operationId", ""), param["name"]))
+                if param.get("in") == "query" and annotation is not None:
+                    schema = msgspec.json.schema(annotation)
+                    if "description" in param.get("schema", {}):
+                        schema["description"] = param["schema"]["description"]
+                    param["schema"] = schema
+
+
 def document(app: Litestar) -> dict[str, Any]:
     """The document as served: Litestar's paths, msgspec's own schema of every Struct.
 
@@ -124,7 +157,11 @@ def document(app: Litestar) -> dict[str, Any]:
     )
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas.update({name: s for name, s in exact.items() if name in schemas})
+    for struct in every:  # rules over several fields, which a field's type cannot say
+        if (extra := getattr(struct, "JSON_SCHEMA_EXTRA", None)) and struct.__name__ in schemas:
+            _merge(schemas[struct.__name__], extra)
     _bodies(app, doc)
+    _list_queries(app, doc)
     return typing.cast("dict[str, Any]", _patterns(doc))
 
 

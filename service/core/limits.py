@@ -52,6 +52,14 @@ KEYS = (
     "tenants.T.max_gpus",
 )
 TENANT_FIELDS = tuple(bounds.FIELDS)
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]"
+# Every key of KEYS' forms, as the API's document states it (`target` says which rule a key
+# breaks; a key of this form can still name a pool berth.toml does not have).
+KEY_PATTERN = (
+    rf"\A(?:pools\.{_NAME}*\.(?:slots\.{_NAME}{{0,63}}|max_load|min_memory_gb|min_disk_gb"
+    rf"|provisioner\.max|provisioner\.idle_seconds)"
+    rf"|tenants\.{_NAME}{{0,127}}\.(?:{'|'.join(TENANT_FIELDS)}))\Z"
+)
 
 Value = int | float
 

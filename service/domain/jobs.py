@@ -12,7 +12,7 @@ from service.auth.callers import Caller
 from service.cas.base import Store, one_chunk
 from service.config import Config
 from service.core import placement, resources
-from service.core.errors import Invalid, NotFound, OverBound
+from service.core.errors import Conflict, Invalid, NotFound, OverBound
 from service.core.placement import PoolSpec
 from service.core.resources import Resources
 from service.core.states import DevicePolicy, JobState
@@ -66,13 +66,15 @@ def validate(spec: JobSpec, caller: Caller, pools: Mapping[str, PoolSpec]) -> di
         raise Invalid(
             "give exactly one of command (a non-empty list) or python (source)", field="command"
         )
+    # A pool is a thing that exists or not (404); kinds come and go with `pools.P.slots.KIND`
+    # limits, so a kind no pool offers now is a state of the fleet (409), not a bad request.
     if spec.pool is not None and spec.pool not in pools:
-        raise Invalid(
+        raise NotFound(
             f"unknown pool {spec.pool!r}; configured: {', '.join(sorted(pools))}", field="pool"
         )
     scope = [pools[spec.pool]] if spec.pool else list(pools.values())
     if not any(spec.kind in p.slots for p in scope):
-        raise Invalid(placement.no_slots_of_kind(spec.kind, scope, pool=spec.pool), field="kind")
+        raise Conflict(placement.no_slots_of_kind(spec.kind, scope, pool=spec.pool), field="kind")
     for where, names in (("env", spec.env), ("secrets", spec.secrets)):
         for key in names:
             if not ENV_KEY.match(key):  # named in the answer: a pattern on keys could not say which

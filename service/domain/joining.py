@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from service.auth import minting
 from service.auth import tokens as tokens_auth
 from service.auth.callers import Caller
-from service.core.errors import Conflict, Forbidden, Invalid
+from service.core.errors import Conflict, Forbidden, Invalid, NotFound
 from service.core.placement import PoolSpec
 from service.core.states import TokenKind
 from service.db.engine import Database
@@ -97,7 +97,7 @@ async def issue(
     mint what).
     """
     if pool not in pools:
-        raise Invalid(f"unknown pool {pool!r}; configured: {', '.join(sorted(pools))}")
+        raise NotFound(f"unknown pool {pool!r}; configured: {', '.join(sorted(pools))}")
     name = check_worker_name(name) if name else worker_name(pool)
     for label in labels:
         if not LABEL.match(label):

@@ -153,14 +153,15 @@ async def remove(
         )
 
 
-def _missing(name: str, tenant: str) -> Invalid:
+def _missing(name: str, tenant: str) -> NotFound:
     # Security: the same words whether the secret does not exist or the job may not use it
     # (a system secret, another tenant's): a job learns nothing of secrets it cannot name.
-    return Invalid(f"no secret {name!r} for tenant {tenant!r}")
+    # A 404 as for an input blob the tenant does not hold (the submit's document says so).
+    return NotFound(f"no secret {name!r} for tenant {tenant!r}")
 
 
 async def check_exist(db: Database, *, tenant: str, names: Iterable[str]) -> None:
-    """Invalid naming the first secret jobs ask for that their tenant may not use."""
+    """NotFound naming the first secret jobs ask for that their tenant may not use."""
     wanted = sorted(set(names))
     async with db.begin() as conn:
         found = await secrets_q.sealed_for(conn, scopes=(tenant, ALL), names_=wanted)
@@ -174,7 +175,7 @@ async def for_lease(
 ) -> dict[str, str]:
     """Variable -> value for a job's lease: the tenant's own secret, else one of every tenant.
 
-    Never a system secret. Invalid (as at submit) for a secret gone since.
+    Never a system secret. NotFound (as at submit) for a secret gone since.
     """
     if not wanted:
         return {}

@@ -172,7 +172,6 @@ class TestErrorField:
                 b'{"command": ["true"], "inputs": [{"name": "..", "sha256": "x"}]}',
                 "inputs[0].name",
             ),
-            ("POST", "/api/v1/jobs", b'{"command": ["true"], "pool": "nope"}', "pool"),
             ("POST", "/api/v1/jobs", b'{"command": ["true"], "env": {"1BAD": "x"}}', "env"),
             ("POST", "/api/v1/jobs", b'{"python": "x", "command": ["y"]}', "command"),
             ("GET", "/api/v1/jobs?limit=0", b"", "limit"),
@@ -187,6 +186,11 @@ class TestErrorField:
         r = await api.call(method, path, content=raw or None, headers=headers)
         assert r.status_code == 400, r.text
         assert r.json()["status"] == 400 and r.json()["field"] == field, r.text
+
+    async def test_an_unknown_pool_is_a_404_naming_the_field(self, api: Api):
+        """A pool is a thing that exists or not: 404, with the field at fault."""
+        r = await api.call("POST", "/api/v1/jobs", json={"command": ["true"], "pool": "nope"})
+        assert r.status_code == 404 and r.json()["field"] == "pool", r.text
 
     @pytest.mark.parametrize("raw", [b"", b"  ", b"{nope"])
     async def test_no_body_or_no_json_names_no_field(self, api: Api, raw):

@@ -206,12 +206,12 @@ class TestInForce:
         """A slot kind added by a limit is one jobs may ask for; unset, it is refused again."""
         job = {"command": ["true"], "pool": "gpu", "kind": "big"}
         r = await api.call("POST", "/api/v1/jobs", json=job)
-        assert r.status_code == 400 and "no slots of kind 'big'" in r.text
+        assert r.status_code == 409 and "no slots of kind 'big'" in r.text  # the fleet's state
         assert (await put(api, "pools.gpu.slots.big", 1)).status_code == 200
         r = await api.call("POST", "/api/v1/jobs", json=job)
         assert r.status_code == 201, r.text
         await api.call("DELETE", "/api/v1/limits/pools.gpu.slots.big")
-        assert (await api.call("POST", "/api/v1/jobs", json=job)).status_code == 400
+        assert (await api.call("POST", "/api/v1/jobs", json=job)).status_code == 409
 
     async def test_another_server_applies_it_on_notify(self, api_with, db_url):
         """A write on server A reaches server B by NOTIFY berth_limits_v1; B's pools follow."""

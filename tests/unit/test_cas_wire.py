@@ -2,11 +2,12 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from service.api.cas_wire import byte_range
+from service.api.cas_wire import RANGE_PATTERN, byte_range
 from service.config import load
 from service.core.errors import Invalid
 from service.domain.artifacts import server_store
@@ -69,17 +70,31 @@ class TestByteRange:
             ("bytes=-500", (0, 100)),
             ("bytes=100-", (100, 100)),  # at the end: 416
             ("bytes=-0", (100, 100)),
+            ("bytes=5-2", (100, 100)),  # ends before it starts: not satisfiable, 416
         ],
     )
     def test_ranges(self, header, expected):
         """A range is [start, end) of a 100-byte blob, clamped; past the end is (size, size)."""
         assert byte_range(header, 100) == expected
 
-    @pytest.mark.parametrize("header", ["bytes=5-2", "bytes=-", "bytes=0-1,5-6", "items=0-1"])
+    @pytest.mark.parametrize("header", ["bytes=-", "bytes=0-1,5-6", "items=0-1", "bytes=\u0663-"])
     def test_bad_ranges(self, header):
-        """A malformed range, or several, is a 400."""
+        """A malformed range (one the document's pattern refuses), or several, is a 400."""
         with pytest.raises(Invalid):
             byte_range(header, 100)
+
+    @pytest.mark.parametrize(
+        "header",
+        ["bytes=0-9", "bytes=5-", "bytes=-10", " bytes=5-2 ", "bytes=-", "bytes=0-1,5-6", "x=1-"],
+    )
+    def test_the_documented_pattern_is_what_it_takes(self, header):
+        """RANGE_PATTERN (the document's) holds exactly for the headers byte_range takes."""
+        try:
+            byte_range(header, 100)
+            taken = True
+        except Invalid:
+            taken = False
+        assert bool(re.match(RANGE_PATTERN, header)) == taken
 
 
 class TestServeKey:

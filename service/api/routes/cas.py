@@ -39,7 +39,13 @@ Tenant = Annotated[
 ]
 Range = Annotated[
     str | None,
-    HeaderParameter(name="range", description="bytes=A-B, bytes=A- or bytes=-N", max_length=200),
+    HeaderParameter(
+        name="range",
+        description="bytes=A-B, bytes=A- or bytes=-N",
+        max_length=200,
+        # In the document only: cas_wire.byte_range refuses another, saying what it takes.
+        schema_extra={"pattern": cas_wire.RANGE_PATTERN},
+    ),
 ]
 # What a store answers besides a BerthError: a bad name 400, a corrupt blob 422, down 503.
 READ = (404, 422)

@@ -3,7 +3,7 @@
 import asyncio
 import base64
 from collections.abc import AsyncIterator
-from typing import Annotated, Literal, cast
+from typing import Annotated, Any, ClassVar, Literal, cast
 
 import msgspec
 from litestar import get, post
@@ -44,6 +44,26 @@ class InputBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class JobBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One job. Give exactly one of `command` and `python`."""
 
+    # domain/jobs.py validate's rules over several fields or a key, in the document (the
+    # domain checks them, its error naming the bad key): one of command and python non-empty,
+    # the other empty; environment variable names.
+    JSON_SCHEMA_EXTRA: ClassVar[dict[str, Any]] = {
+        "properties": {
+            "env": {"propertyNames": {"pattern": jobs.ENV_KEY.pattern}},
+            "secrets": {"propertyNames": {"pattern": jobs.ENV_KEY.pattern}},
+        },
+        "oneOf": [
+            {
+                "required": ["command"],
+                "properties": {"command": {"minItems": 1}, "python": {"maxLength": 0}},
+            },
+            {
+                "required": ["python"],
+                "properties": {"python": {"minLength": 1}, "command": {"maxItems": 0}},
+            },
+        ],
+    }
+
     command: Annotated[list[body.Arg], msgspec.Meta(max_length=4096)] = msgspec.field(
         default_factory=list
     )
@@ -77,7 +97,10 @@ class JobBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     gpus: Annotated[int, msgspec.Meta(ge=0, le=resources.MAX_GPUS)] | None = None
 
 
-JobBatch = Annotated[list[JobBody], msgspec.Meta(max_length=jobs.MAX_BATCH)]
+# At least one job: the domain says "no jobs given" (msgspec's own error would not).
+JobBatch = Annotated[
+    list[JobBody], msgspec.Meta(max_length=jobs.MAX_BATCH, extra_json_schema={"minItems": 1})
+]
 
 
 def job_view(job: JobRecord, waiting_for: str = "") -> JobView:
@@ -153,10 +176,11 @@ JobId = Annotated[int, PathParameter(description="the job's id")]
     opt={"perm": Perm.JOBS_WRITE},
     status_code=201,
     operation_id="submitJobs",
-    responses=contract.errors(404, 413, 429),
+    responses=contract.errors(404, 409, 413, 429),
     description=(
         "Queue one job (an object; answers the job) or many (a list; answers their ids), all "
-        "or none. 404: an input blob or secret the tenant does not hold; 429: past the "
+        "or none. 404: a pool that does not exist, or an input blob or secret the tenant does "
+        "not hold; 409: a kind no pool (or not the named pool) has slots of now; 429: past the "
         "tenant's max_queued."
     ),
 )
@@ -295,4 +319,6 @@ async def logs(
             await asyncio.sleep(idle)
             idle = min(idle * 2, 0.5)
 
-    return Stream(lines(), media_type=contract.NDJSON)
+    # The header, not media_type alone: Litestar's Stream takes the handler's media type (JSON)
+    # over its own, and NDJSON is what the document and the client expect.
+    return Stream(lines(), media_type=contract.NDJSON, headers={"content-type": contract.NDJSON})

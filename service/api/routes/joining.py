@@ -30,7 +30,7 @@ class JoinBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     opt={"perm": Perm.FLEET_WRITE},
     status_code=201,
     operation_id="createJoinToken",
-    responses=contract.errors(409, 413),
+    responses=contract.errors(404, 409, 413),
 )
 async def create(
     *,

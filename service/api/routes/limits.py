@@ -23,7 +23,10 @@ from service.views import LimitUnsetView, LimitView
 Key = Annotated[
     str,
     PathParameter(
-        description="pools.NAME.FIELD or tenants.NAME.FIELD", max_length=core_limits.MAX_KEY
+        description="pools.NAME.FIELD or tenants.NAME.FIELD",
+        max_length=core_limits.MAX_KEY,
+        # In the document only: the domain refuses another key naming the rule it breaks.
+        schema_extra={"pattern": core_limits.KEY_PATTERN},
     ),
 ]
 

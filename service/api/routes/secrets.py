@@ -1,6 +1,6 @@
 """/api/v1/secrets: set (PUT), list names (GET), remove (DELETE). Values never come back."""
 
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 from litestar import delete, get, put
@@ -23,6 +23,14 @@ class SecretBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     )
     tenant: body.Name | None = None  # one tenant (as `tenants` with one)
     all_tenants: bool = False
+
+    # domain/secrets.py owners' rule, in the document: every tenant, or named ones, not both.
+    JSON_SCHEMA_EXTRA: ClassVar[dict[str, Any]] = {
+        "anyOf": [
+            {"properties": {"all_tenants": {"const": False}}},
+            {"properties": {"tenants": {"maxItems": 0}, "tenant": {"type": "null"}}},
+        ]
+    }
 
 
 @put(
@@ -82,7 +90,7 @@ async def remove_secret(
     caller: deps.Caller,
     request_id: deps.RequestId,
     tenant: Annotated[
-        list[str] | None, QueryParameter(description="the owners to remove it from")
+        list[body.Name] | None, QueryParameter(description="the owners to remove it from")
     ] = None,
     all_tenants: FromQuery[bool] = False,
 ) -> RemovedView:
