@@ -189,18 +189,20 @@ def dispatch_real(args: argparse.Namespace) -> dict[str, Any]:
     server = BerthServer("dispatch-real", {"pools": {"real": {"slots": {"default": args.slots}}}})
     server.start()
     api = Api(server)
-    stamp = server.home / "started.txt"
-    stamp.touch()
+    # Each job runs as a uid of its own with a private /tmp: it writes its stamp as a file of
+    # its own in a sticky folder every uid may create files in (one shared file would be
+    # root's, or the first job's, and the others could not append to it).
+    marks = _marks_dir("dispatch-real-")
 
     def body(k: int) -> dict[str, Any]:
         # bash's $EPOCHREALTIME: the wall clock when the job's process runs, no fork for `date`.
-        return _job(["bash", "-c", f"echo {k} $EPOCHREALTIME >> {stamp}"], "real")
+        return _job(["bash", "-c", f"echo $EPOCHREALTIME > {marks}/{k}.t"], "real")
 
     def lines() -> dict[int, float]:
         out = {}
-        for line in stamp.read_text().splitlines():
-            k, t = line.split()
-            out[int(k)] = float(t)
+        for path in marks.glob("*.t"):
+            with contextlib.suppress(ValueError):
+                out[int(path.stem)] = float(path.read_text().split()[0])
         return out
 
     try:
@@ -212,7 +214,8 @@ def dispatch_real(args: argparse.Namespace) -> dict[str, Any]:
             api.submit(body(-1 - k))
         ok, _ = asyncio.run(common.wait_states(server.db_url, "succeeded", WARMUP_JOBS, 30))
         if not ok:
-            return {**_stub(args), "error": "warm-up jobs did not run"}
+            states = asyncio.run(common.job_states(server.db_url))
+            return {**_stub(args), "error": f"warm-up jobs did not run: {states}"}
         submitted_by_id, submit_stats = _open_loop(api, args, body)
         # ids were assigned in submission order, k = 0, 1, ...
         submitted = dict(enumerate(submitted_by_id[i] for i in sorted(submitted_by_id)))
@@ -237,6 +240,7 @@ def dispatch_real(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         api.close()
         benchlib.stop_all()
+        shutil.rmtree(marks, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -622,12 +626,12 @@ def _kill_jobs(path: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _marks_dir() -> Path:
+def _marks_dir(prefix: str = "failover-") -> Path:
     """A sticky folder every job's uid may append to, outside /tmp, /var/tmp and /dev/shm (a
     root worker's jobs get private ones of those, and their own uid: not the server's home)."""
     parent = Path("/var/lib/berth-bench") if os.geteuid() == 0 else Path(tempfile.gettempdir())
     parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="failover-", dir=parent))
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     path.chmod(0o1777)
     return path
 
