@@ -11,6 +11,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -31,6 +32,7 @@ from service.background.silence import ExpireSilent
 from service.background.supervisor import run_when_leader
 from service.cli.client import CliError, remove_server_url, write_server_url
 from service.cli.database import database_errors
+from service.cli.processes import reuse_port_socket
 from service.config import Config, home
 from service.core.errors import BerthError, Unavailable
 from service.core.exits import Exit
@@ -48,6 +50,16 @@ from service.worker import main as worker_main
 logger = structlog.get_logger("berth.serve")
 
 
+@dataclass(frozen=True)
+class Listen:
+    """Where this server listens; `--processes N` starts its servers with reuse_port."""
+
+    host: str
+    port: int
+    reuse_port: bool = False  # bind with SO_REUSEPORT: other servers share the port
+    primary: bool = True  # writes server.url, mints the first admin token
+
+
 class _Uvicorn(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -62,6 +74,8 @@ def main(
     builtin_worker: bool,
     log_level: str = "info",
     log_json: bool | None = None,
+    reuse_port: bool = False,
+    primary: bool = True,
 ) -> int:
     log.configure(log_level, json=log_json)
     # Jobs of the built-in worker may run as this user (a server that is not root): they must
@@ -80,7 +94,8 @@ def main(
                 migrate.upgrade(url)
             # uvloop: the server is all socket I/O (workers, clients, Postgres); uvloop halves
             # its cost.
-            return uvloop.run(_serve(cfg, url, host, port, berth_home, builtin_worker, embedded))
+            listen = Listen(host, port, reuse_port=reuse_port, primary=primary)
+            return uvloop.run(_serve(cfg, url, listen, berth_home, builtin_worker, embedded))
         finally:
             if embedded is not None:
                 embedded.stop()
@@ -89,8 +104,7 @@ def main(
 async def _serve(  # noqa: PLR0917  (called once, from main)
     cfg: Config,
     url: str,
-    host: str,
-    port: int,
+    listen: "Listen",
     berth_home: Path,
     builtin_worker: bool,
     embedded: Embedded | None,
@@ -98,7 +112,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     await _check_migrated(url)
     secret_key = secrets.load_key(berth_home)
     db = Database(url, secret_key=secret_key)  # signs the audit entries this server writes
-    builtin_home = berth_home / "builtin" / _listen_key(host, port)
+    builtin_home = berth_home / "builtin" / _listen_key(listen.host, listen.port)
     builtin_token = await _builtin_credential(db, builtin_home) if builtin_worker else ""
     rt = Runtime(
         config=cfg,
@@ -120,27 +134,30 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     except Unavailable as exc:
         raise CliError(f"cannot read the limits: {exc.message}", Exit.UNREACHABLE) from None
     limits = limits_watch.Watch(rt)
-    admin = await tokens.ensure_admin(db)
+    admin = await tokens.ensure_admin(db) if listen.primary else None
     if admin is not None:
         path = write_private(berth_home / "admin.token", admin + "\n")
         print(f"admin token (shown once, also in {path}):\n{admin}", flush=True)
-    server, certfile = _http_server(app, cfg, host, port)
+    server, certfile = _http_server(app, cfg, listen.host, listen.port)
+    sockets = [reuse_port_socket(listen.host, listen.port)] if listen.reuse_port else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    logger.info("serving", listen=f"{host}:{port}", server_id=rt.server_id, pid=os.getpid())
+    logger.info(
+        "serving", listen=f"{listen.host}:{listen.port}", server_id=rt.server_id, pid=os.getpid()
+    )
     scheme = "https" if certfile else "http"
     provision = Provision(
         db,
         cfg,
         home=berth_home,
-        server_url=f"{scheme}://{_dial(host)}:{port}",
+        server_url=f"{scheme}://{_dial(listen.host)}:{listen.port}",
         secret_key=rt.secret_key,
         interval=cfg.executor.loop_seconds,
     )
     async with asyncio.TaskGroup() as tg:
-        web = tg.create_task(server.serve(), name="http")
+        web = tg.create_task(server.serve(sockets=sockets), name="http")
         if embedded is not None:  # Postgres is ours to keep up: it comes back when it dies
             tg.create_task(
                 embedded.supervise(
@@ -190,7 +207,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
             ),
             name="leader",
         )
-        listening = tg.create_task(_listening(server, scheme, host, stop), name="listening")
+        listening = tg.create_task(_listening(server, scheme, listen.host, stop), name="listening")
         if builtin_worker:
             tg.create_task(
                 _builtin_worker(
@@ -203,9 +220,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                 name="builtin-worker",
             )
         told = tg.create_task(
-            _tell_cli(
-                listening, berth_home, stop, known=_written_now(berth_home, scheme, host, port)
-            ),
+            _tell_cli(listening, berth_home, stop, listen=listen, scheme=scheme),
             name="server-url",
         )
         await stop.wait()
@@ -279,9 +294,20 @@ def _written_now(berth_home: Path, scheme: str, host: str, port: int) -> str:
 
 
 async def _tell_cli(
-    listening: "asyncio.Task[str]", berth_home: Path, stop: asyncio.Event, *, known: str
+    listening: "asyncio.Task[str]",
+    berth_home: Path,
+    stop: asyncio.Event,
+    *,
+    listen: Listen,
+    scheme: str,
 ) -> None:
-    """$BERTH_HOME/server.url says where this server listens while it runs (SPEC section 2)."""
+    """$BERTH_HOME/server.url says where this server listens while it runs (SPEC section 2).
+
+    Of the servers of `--processes N`, the first alone writes it (they share the address).
+    """
+    if not listen.primary:
+        return
+    known = _written_now(berth_home, scheme, listen.host, listen.port)
     url = known or await listening
     if not url:
         return
