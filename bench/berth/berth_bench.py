@@ -52,7 +52,7 @@ SAFE_BATCH = 36  # 36 seven-character ids fit the audit target's 256 characters
 
 
 def _stub(args: argparse.Namespace) -> dict[str, Any]:
-    return {"system": "berth", "scenario": args.scenario}
+    return {"system": "berth", "scenario": args.scenario, "processes": args.processes}
 
 
 def _job(command: list[str], pool: str) -> dict[str, Any]:
@@ -741,6 +741,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--evict", type=float, default=3.0)
     p.add_argument("--loop", type=float, default=0.25, help="failover: leader loop cadence")
     p.add_argument("--timeout", type=float, default=115.0, help="hard limit, seconds")
+    p.add_argument("--processes", type=int, default=1, help="berth serve --processes N")
     return p
 
 
@@ -762,6 +763,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, key) is None or (key == "seconds" and "--seconds" not in raw):
             setattr(args, key, value)
     started_at = time.monotonic()
+    common.PROCESSES = args.processes
     stub = _stub(args)
     benchlib.install_guards(args.timeout, stub)
     os.environ.setdefault("TMPDIR", tempfile.gettempdir())
