@@ -3,7 +3,7 @@
 The contract is service/cas/http.py's docstring, under `/cas`: `.id`, `.list`, HEAD, GET (with
 ranges, whole reads verified as they stream), PUT (checked against the name) and DELETE. There
 are no tenants here: it answers only the installation's servers and workers, which present
-`artifacts.serve_key(secret key)` as their bearer (a server derives it; a worker gets it in its
+`server_store.serve_key(secret key)` as their bearer (a server derives it; a worker gets it in its
 welcome), compared in constant time. A missing key is 401, a wrong one 403; no tenant holds it,
 so tenants reach blobs only through a server's /api/v1/cas (SPEC 3).
 """
@@ -20,8 +20,8 @@ from litestar.response import Stream
 from service.api import cas_wire, errors
 from service.api.identity import Conn, bearer
 from service.core.errors import Forbidden, NotFound, Unauthenticated
-from service.domain import artifacts
-from service.domain.artifacts import ServerStore
+from service.domain.artifacts import blobs
+from service.domain.artifacts.server_store import ServerStore
 
 BASE = "/cas"
 BLOB = f"{BASE}/{{sha256:str}}"
@@ -62,13 +62,13 @@ async def list_blobs(request: Request[Any, Any, Any]) -> Stream:
 
 @head(BLOB)
 async def stat_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> Response[None]:
-    return cas_wire.head(await artifacts.size_of(_server(request), sha256))
+    return cas_wire.head(await blobs.size_of(_server(request), sha256))
 
 
 @get(BLOB)
 async def get_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> Response[Any]:
     server = _server(request)
-    size = await artifacts.size_of(server, sha256)
+    size = await blobs.size_of(server, sha256)
     return await cas_wire.send(server, sha256, size, request.headers.get("range"))
 
 
@@ -76,13 +76,13 @@ async def get_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> Re
 async def put_blob(
     request: Request[Any, Any, Any], sha256: FromPath[str]
 ) -> Response[dict[str, Any]]:
-    result = await artifacts.write(_server(request), sha256, request.stream())
+    result = await blobs.write(_server(request), sha256, request.stream())
     return cas_wire.stored(result)
 
 
 @delete(BLOB, status_code=204)
 async def delete_blob(request: Request[Any, Any, Any], sha256: FromPath[str]) -> None:
-    if not await artifacts.delete(_server(request), sha256):
+    if not await blobs.delete(_server(request), sha256):
         raise NotFound(f"no blob {sha256}")
 
 

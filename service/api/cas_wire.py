@@ -20,8 +20,9 @@ from litestar.types import ExceptionHandlersMap
 from service.api import errors
 from service.cas import base
 from service.core.errors import Invalid
-from service.domain import artifacts
-from service.domain.artifacts import ServerStore, Stored
+from service.domain.artifacts import blobs
+from service.domain.artifacts.blobs import Stored
+from service.domain.artifacts.server_store import ServerStore
 
 log = structlog.get_logger(__name__)
 
@@ -58,14 +59,14 @@ async def send(
     """The answer to a GET of a blob of `size` bytes: 200 whole, 206 a range, 416."""
     wanted = byte_range(range_header, size)
     if wanted is None:
-        chunks = await artifacts.read(server, sha256)
+        chunks = await blobs.read(server, sha256)
         return Stream(chunks, media_type=OCTETS, headers={"content-length": str(size)})
     start, end = wanted
     if start >= size:
         return Response(
             b"", status_code=416, media_type=OCTETS, headers={"content-range": f"bytes */{size}"}
         )
-    chunks = await artifacts.read(server, sha256, start=start, end=end)
+    chunks = await blobs.read(server, sha256, start=start, end=end)
     return Stream(
         chunks,
         status_code=206,

@@ -9,7 +9,7 @@ from service.config import Config
 from service.core.placement import PoolSpec
 from service.db.embedded import Embedded
 from service.db.engine import Database
-from service.domain.artifacts import ServerStore
+from service.domain.artifacts.server_store import ServerStore
 from service.domain.limits import InForce
 from service.protocol import CasAccess
 

@@ -11,7 +11,7 @@ import structlog
 from service.background.loop import Loop
 from service.db.engine import Database
 from service.domain import artifact_gc
-from service.domain.artifacts import ServerStore
+from service.domain.artifacts.server_store import ServerStore
 
 log = structlog.get_logger(__name__)
 

@@ -11,7 +11,8 @@ import uvicorn
 from service import log
 from service.api import cas_serve
 from service.config import Config, home
-from service.domain import artifacts, secrets
+from service.domain import secrets
+from service.domain.artifacts import server_store
 
 logger = structlog.get_logger("berth.cas")
 
@@ -20,8 +21,8 @@ def main(cfg: Config, *, host: str, port: int) -> int:
     log.configure()
     berth_home = home()
     key = secrets.load_key(berth_home)
-    server = artifacts.open_server_store(cfg, home=berth_home, secret_key=key)
-    app = cas_serve.create_app(server, key=artifacts.serve_key(key))
+    server = server_store.open_server_store(cfg, home=berth_home, secret_key=key)
+    app = cas_serve.create_app(server, key=server_store.serve_key(key))
     tls = cfg.network.tls
     certfile, keyfile = (None, None) if isinstance(tls, str) else (tls.cert, tls.key)
     logger.info("cas_serving", listen=f"{host}:{port}", provider=cfg.cas.provider)

@@ -43,7 +43,8 @@ from service.db.leader import Leader
 from service.db.queries.jobs import JOBS_CHANNEL
 from service.db.queries.limits import LIMITS_CHANNEL
 from service.db.queries.workers import WORKERS_CHANNEL
-from service.domain import artifacts, secrets, tokens
+from service.domain import secrets, tokens
+from service.domain.artifacts import server_store
 from service.worker import credential, hardening, jobusers
 from service.worker import main as worker_main
 
@@ -124,9 +125,9 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         builtin_token=builtin_token,
         embedded=embedded,
     )
-    cas = rt.cas = artifacts.open_server_store(cfg, home=berth_home, secret_key=rt.secret_key)
+    cas = rt.cas = server_store.open_server_store(cfg, home=berth_home, secret_key=rt.secret_key)
     # server_url "": a worker reaches a local store through the server it dialled, whichever.
-    rt.cas_access = await artifacts.access(cfg, cas, server_url="", secret_key=rt.secret_key)
+    rt.cas_access = await server_store.access(cfg, cas, server_url="", secret_key=rt.secret_key)
     app = create_app(rt)
     hub = rt.the_hub()
     try:  # the limits in force before the first dispatch pass

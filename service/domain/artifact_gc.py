@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from service.cas import base
 from service.db.engine import Database
 from service.db.queries import artifacts as artifacts_q
-from service.domain.artifacts import ServerStore
+from service.domain.artifacts.server_store import ServerStore
 
 log = structlog.get_logger(__name__)
 

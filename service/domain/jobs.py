@@ -22,8 +22,9 @@ from service.db.queries import leases as leases_q
 from service.db.queries import workers as workers_q
 from service.db.queries.artifacts import Ref
 from service.db.records import JobRecord, OutputChunk
-from service.domain import approvals, artifacts, audit, provisioning, secrets
+from service.domain import approvals, audit, provisioning, secrets
 from service.domain import output as output_d
+from service.domain.artifacts import references, server_store
 from service.domain.fleet import worker_views
 from service.domain.tokens import check_name, tenant_to_write
 
@@ -129,7 +130,7 @@ async def submit(
     *,
     in_force: Config,
     request_id: str = "",
-    cas: artifacts.ServerStore | None = None,
+    cas: server_store.ServerStore | None = None,
 ) -> list[JobRecord]:
     """Queue jobs (all or none); every server's dispatcher hears of them on commit.
 
@@ -208,23 +209,23 @@ def _code_by_hash(rows: list[dict[str, Any]]) -> dict[str, bytes]:
 async def _reference(
     conn: AsyncConnection,
     created: list[JobRecord],
-    cas: artifacts.ServerStore,
+    cas: server_store.ServerStore,
     sizes: Mapping[str, int],
     *,
     by: str,
 ) -> None:
     """The jobs' inputs (which their tenants must hold) and code, referenced for them."""
-    await artifacts.reference_held(
+    await references.reference_held(
         conn,
         [
-            artifacts.Named(job.tenant, item["sha256"], "input", job.id)
+            references.Named(job.tenant, item["sha256"], "input", job.id)
             for job in created
             for item in job.inputs
         ],
         by=by,
         gc_days=cas.gc_days,
     )
-    await artifacts.reference(
+    await references.reference(
         conn,
         [
             Ref(job.tenant, job.python_sha256, sizes[job.python_sha256], "code", job.id, by)

@@ -18,7 +18,7 @@ from service.db.queries import jobs as jobs_q
 from service.db.queries import output as output_q
 from service.db.queries.artifacts import Ref
 from service.db.records import OutputChunk
-from service.domain import artifacts
+from service.domain.artifacts import references
 
 log = structlog.get_logger(__name__)
 
@@ -62,7 +62,7 @@ async def _commit(
         tenant = (await jobs_q.tenants_of(conn, [job_id])).get(job_id)
         if tenant is None:
             return
-        await artifacts.reference(conn, [Ref(tenant, sha, size, "log", job_id, "service:berth")])
+        await references.reference(conn, [Ref(tenant, sha, size, "log", job_id, "service:berth")])
         await output_q.add_segment(
             conn, job_id=job_id, first_id=first, last_id=last, sha256=sha, size=size
         )

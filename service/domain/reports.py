@@ -23,7 +23,7 @@ from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import reports as reports_q
 from service.db.records import WorkerRecord
-from service.domain import artifacts
+from service.domain.artifacts import references, room
 
 log = structlog.get_logger(__name__)
 
@@ -202,12 +202,10 @@ async def _outputs_within_bounds(
     if not with_outputs or not bounds.stores_bounded(in_force):
         return results
     tenants = await reports_q.live_jobs(conn, [(f.job, f.epoch, w.id) for w, f in with_outputs])
-    refused = await artifacts.over_stored(
+    refused = await room.over_stored(
         conn,
         [
-            artifacts.Bringing(
-                (f.job, f.epoch), tenant, tuple((a.sha256, a.size) for a in f.outputs)
-            )
+            room.Bringing((f.job, f.epoch), tenant, tuple((a.sha256, a.size) for a in f.outputs))
             for _, f in with_outputs
             if (tenant := tenants.get((f.job, f.epoch))) is not None
         ],
@@ -254,19 +252,19 @@ async def _keep_metrics_and_saved(
             log.warning("saved_refused_stale_epoch", worker=w.name, job=s.job, epoch=s.epoch)
             continue
         saved.append(
-            artifacts.Reported(tuple(w.tenants), tenant, s.sha256, s.size, "upload", s.job)
+            references.Reported(tuple(w.tenants), tenant, s.sha256, s.size, "upload", s.job)
         )
     if in_force is not None and saved and bounds.stores_bounded(in_force):
-        refused = await artifacts.over_stored(
+        refused = await room.over_stored(
             conn,
-            [artifacts.Bringing(i, r.tenant, ((r.sha256, r.size),)) for i, r in enumerate(saved)],
+            [room.Bringing(i, r.tenant, ((r.sha256, r.size),)) for i, r in enumerate(saved)],
             in_force,
         )
         for i, r in enumerate(saved):
             if i in refused:
                 log.warning("saved_refused_over_bound", job=r.job_id, reason=refused[i])
         saved = [r for i, r in enumerate(saved) if i not in refused]
-    await artifacts.reference_reported(conn, saved)
+    await references.reference_reported(conn, saved)
 
 
 async def _keep_outputs(
@@ -276,20 +274,20 @@ async def _keep_outputs(
 ) -> None:
     """A result accepted: its outputs are referenced for the job's tenant and recorded.
 
-    An output the server cannot vouch for (see `artifacts.reference_reported`) is left out. A
+    An output the server cannot vouch for (see `references.reference_reported`) is left out. A
     job's outputs are what its result lists: outputs written for it that the result does not
     list (its worker could not keep them all, or a bound refused them) are let go.
     """
-    await artifacts.drop_unlisted_outputs(
+    await references.drop_unlisted_outputs(
         conn, [(f.job, [a.sha256 for a in f.outputs]) for _, f in accepted]
     )
     with_outputs = [(w, f) for w, f in accepted if f.outputs]
     if not with_outputs:
         return
-    vouched = await artifacts.reference_reported(
+    vouched = await references.reference_reported(
         conn,
         [
-            artifacts.Reported(
+            references.Reported(
                 tuple(w.tenants), tenants[(f.job, f.epoch)], a.sha256, a.size, "output", f.job
             )
             for w, f in with_outputs

@@ -19,7 +19,8 @@ import pytest
 
 from service.cas.http import HttpStore
 from service.cas.local import LocalStore
-from service.domain import artifacts, secrets
+from service.domain import secrets
+from service.domain.artifacts import server_store
 from tests.procs import Server, free_port, stop, wait_for
 
 MIB = 1 << 20
@@ -51,7 +52,7 @@ class CasServe:
 def cas_serve(home: Path, port: int | None = None) -> Iterator[CasServe]:
     """`berth cas serve` with `home` as its $BERTH_HOME (and the secret key found there)."""
     home.mkdir(parents=True, exist_ok=True)
-    key = artifacts.serve_key(secrets.load_key(home, environ={}))
+    key = server_store.serve_key(secrets.load_key(home, environ={}))
     port = port or free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
     env.update(BERTH_HOME=str(home), PYTHONUNBUFFERED="1")

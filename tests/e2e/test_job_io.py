@@ -14,9 +14,7 @@ import time
 
 import asyncpg
 import pytest
-import websockets
 
-from service import protocol
 from service.db.engine import plain_url
 from tests.e2e.test_cas_serve import MIB, generated, memory_cap
 from tests.procs import FAST, wait_for
@@ -306,69 +304,6 @@ class TestRelayEnds:
         wait_for(lambda: after.exists() and "exit" in after.read_text(), 30, "the trap to run")
         said = after.read_text()
         assert "lease has ended" in said and "exit 0" not in said, said
-
-    async def test_the_server_refuses_a_relay_once_the_lease_ended(self, server_factory):
-        """At the protocol: a relayed call under a live lease is answered as the job; a call the
-        job may not make is 403; once the result is in, the same call is 410."""
-        s = server_factory(GPU, builtin_worker=False)
-        token = s.worker_token("raw")
-        r = s.cli("job", "submit", "--pool", "gpu", "--tenant", "ml", "--", "true")
-        job = int(r.out.strip())
-        url = s.url.replace("http", "ws") + protocol.WORKER_PATH
-        headers = {"Authorization": f"Bearer {token}"}
-        async with websockets.connect(url, additional_headers=headers) as ws:
-            hello = protocol.Hello(
-                protocol=protocol.PROTOCOL_VERSION, berth_version="t", pool="gpu", instance="i1"
-            )
-            await ws.send(protocol.encode(hello).decode())
-            assert isinstance(protocol.decode_to_worker(await ws.recv()), protocol.Welcome)
-            frames = Frames(ws)
-            lease = await frames.first(protocol.Lease)
-            assert lease.job == job
-
-            async def relay(n: int, method: str, path: str, epoch: int = lease.epoch):
-                ask = protocol.RelayRequest(id=n, job=job, epoch=epoch, method=method, path=path)
-                await ws.send(protocol.encode(ask).decode())
-                return await frames.first(protocol.RelayResponse, lambda f: f.id == n)
-
-            shown = await relay(1, "GET", f"/api/v1/jobs/{job}")
-            assert shown.status == 200 and json.loads(shown.body)["tenant"] == "ml"
-            for n, (method, path) in enumerate(
-                [
-                    ("GET", "/api/v1/secrets"),
-                    ("GET", f"/api/v1/jobs/{job}/../../secrets"),
-                    ("POST", "/api/v1/tokens"),
-                    ("GET", "/api/v1/audit"),
-                ],
-                start=2,
-            ):
-                assert (await relay(n, method, path)).status == 403, path
-            follow = await relay(7, "GET", f"/api/v1/jobs/{job}/logs?follow=true")
-            assert follow.status == 400
-            assert (
-                await relay(8, "GET", f"/api/v1/jobs/{job}", epoch=lease.epoch + 1)
-            ).status == 410
-            done = protocol.Finished(seq=1, job=job, epoch=lease.epoch, state="succeeded")
-            await ws.send(protocol.encode(done).decode())
-            await frames.first(protocol.Received, lambda f: f.upto >= 1)
-            after = await relay(9, "GET", f"/api/v1/jobs/{job}")
-            assert after.status == 410 and b"lease has ended" in after.body
-
-
-class Frames:
-    """Frames from the server, read in order; `first` skips those it is not waiting for."""
-
-    def __init__(self, ws) -> None:
-        self.ws = ws
-
-    async def first(self, kind, where=lambda f: True):
-        async with asyncio.timeout(20):
-            while True:
-                frame = protocol.decode_to_worker(await self.ws.recv())
-                if isinstance(frame, protocol.Leases):
-                    frame = frame.leases[0] if kind is protocol.Lease else frame
-                if isinstance(frame, kind) and where(frame):
-                    return frame
 
 
 class TestRepo:

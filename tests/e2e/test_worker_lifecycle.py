@@ -1,8 +1,8 @@
-"""Dead workers leave `worker list`: on their own after `[executor] forget_lost_after_seconds`,
-or at once with `berth worker rm NAME` (SPEC section 2)."""
+"""Dead workers leave `worker list` at once with `berth worker rm NAME` (SPEC section 2). On
+their own after `[executor] forget_lost_after_seconds`: in process, in
+tests/integration/test_worker_channel.py."""
 
 import json
-import signal
 
 from service.core.exits import Exit
 from tests.procs import wait_for
@@ -17,21 +17,6 @@ def attached(s, name: str) -> bool:
 
 
 class TestLifecycle:
-    def test_lost_and_gone_workers_are_forgotten(self, server_factory, worker_factory):
-        """A killed worker (lost) and a stopped one (gone) leave the list once the window passed;
-        a live one stays."""
-        s = server_factory({"executor": {"forget_lost_after_seconds": 1.0}})
-        killed = worker_factory(s, s.worker_token("killed"), "serve", name="k")
-        stopped = worker_factory(s, s.worker_token("stopped"), "serve", name="s")
-        wait_for(lambda: attached(s, "killed") and attached(s, "stopped"), 30, "both attached")
-        killed.kill(signal.SIGKILL)
-        stopped.stop()
-        wait_for(lambda: not {"killed", "stopped"} & names(s), 60, "both forgotten")
-        assert any(n.startswith("serve-") for n in names(s))  # the live built-in one stays
-        audit = s.api("GET", "/api/v1/audit", params={"limit": 200}).json()
-        forgotten = sorted(e["target"] for e in audit if e["action"] == "worker.forgotten")
-        assert forgotten == ["killed", "stopped"]
-
     def test_worker_rm(self, server_factory, worker_factory):
         """`worker rm` refuses an attached worker in one line (204), removes it once it stopped,
         and an unknown name is 203."""

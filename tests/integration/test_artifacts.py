@@ -19,8 +19,9 @@ from service.core.errors import NotFound
 from service.db.engine import Database
 from service.db.queries import artifacts as artifacts_q
 from service.db.queries import workers as workers_q
-from service.domain import artifact_gc, artifacts
-from service.domain.artifacts import ServerStore
+from service.domain import artifact_gc
+from service.domain.artifacts import blobs, references, server_store
+from service.domain.artifacts.server_store import ServerStore
 from tests.integration.conftest import KEY, Api
 
 TENANT = "/api/v1/cas"
@@ -39,7 +40,7 @@ def sha(data: bytes) -> str:
 @pytest.fixture
 def cas(api: Api, tmp_path: Path) -> Api:
     """The in-process app with the server's default store: a folder under a fresh $BERTH_HOME."""
-    api.rt.cas = artifacts.open_server_store(api.rt.config, home=tmp_path, secret_key=KEY)
+    api.rt.cas = server_store.open_server_store(api.rt.config, home=tmp_path, secret_key=KEY)
     return api
 
 
@@ -220,8 +221,8 @@ class TestTenantRoutes:
         # A job of b naming a's blob as an input is refused the same way.
         async with cas.rt.db.begin() as conn:
             with pytest.raises(NotFound):
-                await artifacts.reference_held(
-                    conn, [artifacts.Named("b", sha(data), "input", 1)], by="t", gc_days=30
+                await references.reference_held(
+                    conn, [references.Named("b", sha(data), "input", 1)], by="t", gc_days=30
                 )
         # b may hold it too, by sending the bytes: then b reads it, and a's reference is intact.
         assert (await put(cas, data, b)).status_code == 201
@@ -250,7 +251,7 @@ class TestTenantRoutes:
         # In process, what would drop the connection reaches httpx as the app's exception.
         with pytest.raises(LitestarException) as caught:
             await cas.call("GET", f"{TENANT}/{sha(data)}")
-        assert any(isinstance(e, artifacts.CorruptBlob) for e in causes(caught.value))
+        assert any(isinstance(e, blobs.CorruptBlob) for e in causes(caught.value))
         assert not path.exists()
 
     async def test_a_server_without_a_store_says_so(self, api):

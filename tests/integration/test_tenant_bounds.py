@@ -11,7 +11,8 @@ from sqlalchemy import text
 from service import protocol
 from service.db.queries import workers as workers_q
 from service.db.records import WorkerRecord
-from service.domain import artifacts, reports
+from service.domain import reports
+from service.domain.artifacts import blobs, server_store
 from service.domain.reports import Reports
 from tests.integration.conftest import KEY, POOLS, Api
 from tests.integration.test_artifacts import (
@@ -32,7 +33,7 @@ KB = 1000  # the bounds count decimal units: 0.00001 GB is 10 000 bytes
 async def with_store(api_with: Any, extra: dict[str, Any], home: Path) -> Api:
     """An app on berth.toml's POOLS plus `extra`, with the default store under `home`."""
     api = await api_with({**POOLS, **extra})
-    api.rt.cas = artifacts.open_server_store(api.rt.effective, home=home, secret_key=KEY)
+    api.rt.cas = server_store.open_server_store(api.rt.effective, home=home, secret_key=KEY)
     return api
 
 
@@ -214,7 +215,7 @@ class TestMaxStored:
         other = await leased_job(api.rt.db, worker_id, "w1", "b")
         data = blob(25 * KB, seed=7)
         assert api.rt.cas is not None
-        await artifacts.write(api.rt.cas, sha(data), stream(data))  # as the worker's own store
+        await blobs.write(api.rt.cas, sha(data), stream(data))  # as the worker's own store
         out = (protocol.Artifact(path="big.bin", sha256=sha(data), size=len(data)),)
         worker = await worker_record(api, worker_id)
         batch = Reports(

@@ -9,7 +9,7 @@ import pytest
 from service.api.cas_wire import byte_range
 from service.config import load
 from service.core.errors import Invalid
-from service.domain import artifacts
+from service.domain.artifacts import server_store
 
 
 def cas(section: dict) -> object:
@@ -86,7 +86,7 @@ class TestServeKey:
     def test_derived_and_distinct(self):
         """The cas serve key is fixed for a secret key, differs between keys and is not it."""
         one, two = os.urandom(32), os.urandom(32)
-        assert artifacts.serve_key(one) == artifacts.serve_key(one)
-        assert artifacts.serve_key(one) != artifacts.serve_key(two)
-        assert one.hex() != artifacts.serve_key(one)
-        assert len(artifacts.serve_key(one)) == 64
+        assert server_store.serve_key(one) == server_store.serve_key(one)
+        assert server_store.serve_key(one) != server_store.serve_key(two)
+        assert one.hex() != server_store.serve_key(one)
+        assert len(server_store.serve_key(one)) == 64

@@ -23,7 +23,8 @@ from service.api.identity import bearer, identify, runtime_of
 from service.api.runtime import Runtime
 from service.auth.permissions import Perm, allowed
 from service.core.errors import BerthError
-from service.domain import artifacts, joining, leasing
+from service.domain import joining, leasing
+from service.domain.artifacts import server_store
 
 log = structlog.get_logger(__name__)
 
@@ -136,7 +137,7 @@ def _welcome(rt: Runtime, attached: leasing.Attached) -> protocol.Welcome:
         drop=attached.drop,
         pool=attached.worker.pool,
         labels=tuple(attached.worker.labels),
-        cas=artifacts.for_worker(rt.cas_access, attached.worker.tenants)
+        cas=server_store.for_worker(rt.cas_access, attached.worker.tenants)
         if rt.cas_access is not None
         else None,
         relay_max_save_gb=ex.relay_max_save_gb,

@@ -22,11 +22,11 @@ from service.api.identity import identify, request_id, runtime_of
 from service.api.runtime import Runtime
 from service.auth.permissions import Perm
 from service.core.errors import Unavailable
-from service.domain import artifacts
-from service.domain.artifacts import ServerStore
+from service.domain.artifacts import access, server_store
+from service.domain.artifacts.server_store import ServerStore
 
 TENANT = "/api/v1/cas"
-WORKER = artifacts.WORKER_PATH
+WORKER = server_store.WORKER_PATH
 BLOB = "{sha256:str}"
 
 
@@ -52,7 +52,7 @@ async def stat_blob(
     """The blob's size as Content-Length; 404 unless the tenant holds it."""
     rt = runtime_of(request)
     caller = await identify(request)
-    size = await artifacts.stat(rt.db, _server(rt), caller, sha256=sha256, tenant=tenant)
+    size = await access.stat(rt.db, _server(rt), caller, sha256=sha256, tenant=tenant)
     return cas_wire.head(size)
 
 
@@ -64,7 +64,7 @@ async def get_blob(
     rt = runtime_of(request)
     caller = await identify(request)
     server = _server(rt)
-    size = await artifacts.stat(rt.db, server, caller, sha256=sha256, tenant=tenant)
+    size = await access.stat(rt.db, server, caller, sha256=sha256, tenant=tenant)
     return await cas_wire.send(server, sha256, size, request.headers.get("range"))
 
 
@@ -80,7 +80,7 @@ async def put_blob(
     """Upload a blob for the tenant: 201 kept (new or not), 422 not its hash, 413/429 a bound."""
     rt = runtime_of(request)
     caller = await identify(request)
-    result = await artifacts.upload(
+    result = await access.upload(
         rt.db,
         _server(rt),
         caller,
@@ -109,7 +109,7 @@ async def worker_stat_blob(
 ) -> Response[None]:
     rt = runtime_of(request)
     caller = await identify(request)
-    return cas_wire.head(await artifacts.worker_stat(rt.db, _server(rt), caller, sha256=sha256))
+    return cas_wire.head(await access.worker_stat(rt.db, _server(rt), caller, sha256=sha256))
 
 
 @get(f"{WORKER}/{BLOB}", opt={"perm": Perm.WORKER_PROTOCOL}, exception_handlers=cas_wire.ERRORS)
@@ -117,7 +117,7 @@ async def worker_get_blob(request: Request[Any, Any, Any], sha256: FromPath[str]
     rt = runtime_of(request)
     caller = await identify(request)
     server = _server(rt)
-    size = await artifacts.worker_stat(rt.db, server, caller, sha256=sha256)
+    size = await access.worker_stat(rt.db, server, caller, sha256=sha256)
     return await cas_wire.send(server, sha256, size, request.headers.get("range"))
 
 
@@ -137,7 +137,7 @@ async def worker_put_blob(
     """A worker's write; with job, epoch and what, referenced for the job's tenant (fenced)."""
     rt = runtime_of(request)
     caller = await identify(request)
-    result = await artifacts.worker_upload(
+    result = await access.worker_upload(
         rt.db,
         _server(rt),
         caller,
