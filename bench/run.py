@@ -199,7 +199,7 @@ def table(summaries: dict[str, dict[str, Any]]) -> str:
                 _fmt(b),
                 f"{_fmt(best)} ({peer})",
                 _ratio(b, best),
-                "",
+                "≤ 2x best peer's task started" if q == "p50" else "",
             )
         )
     best, peer = _best(summaries, "drain", "jobs_per_s", low=False)
@@ -292,7 +292,7 @@ def table(summaries: dict[str, dict[str, Any]]) -> str:
         rows.append(
             (f"fleet {n}: server KB per worker", _fmt(_num(f, "kb_per_worker")), "-", "-", "< 50")
         )
-        rows.append((f"fleet {n}: attach all, s", _fmt(_num(f, "attach_s")), "-", "-", ""))
+        rows.append((f"fleet {n}: attach all, s", _fmt(_num(f, "attach_s")), "-", "-", "< 20"))
     fo = s("berth/failover")
     rows.append(
         (
