@@ -112,7 +112,10 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
 ) -> int:
     await _check_migrated(url)
     secret_key = secrets.load_key(berth_home)
-    db = Database(url, secret_key=secret_key)  # signs the audit entries this server writes
+    # signs the audit entries this server writes. 20 kept: a server under 16 concurrent
+    # clients plus its own loops no longer opens and closes overflow connections all along
+    # (each a TLS handshake, authentication and the driver's type set-up).
+    db = Database(url, pool_size=20, max_overflow=10, secret_key=secret_key)
     builtin_home = berth_home / "builtin" / _listen_key(listen.host, listen.port)
     builtin_token = await _builtin_credential(db, builtin_home) if builtin_worker else ""
     rt = Runtime(

@@ -86,7 +86,14 @@ def refusal(exc: BaseException) -> str | None:
 class Database:
     """The engine plus berth's transaction pattern."""
 
-    def __init__(self, url: str, *, pool_size: int = 10, secret_key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        max_overflow: int | None = None,
+        secret_key: bytes | None = None,
+    ) -> None:
         """An engine for `url`.
 
         `secret_key`: audit entries written through this database are signed with a key derived
@@ -98,7 +105,7 @@ class Database:
         self.engine: AsyncEngine = create_async_engine(
             async_url(url),
             pool_size=pool_size,
-            max_overflow=pool_size,
+            max_overflow=pool_size if max_overflow is None else max_overflow,
             pool_pre_ping=False,  # replaced by _ping_if_idle: a ping only after an idle spell
             pool_recycle=1800,
         )
