@@ -3,22 +3,27 @@
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
 
-from service.api import errors, guards
+from service.api import errors, guards, observe
 from service.api.channel import socket as worker_socket
 from service.api.channel.hub import Hub
 from service.api.routes import (
     approvals,
     audit,
     cas,
+    execs,
     fleet,
     health,
     jobs,
     joining,
     limits,
+    metrics,
     secrets,
     tokens,
 )
 from service.api.runtime import Runtime
+from service.api.ui import actions as ui_actions
+from service.api.ui import render as ui_render
+from service.api.ui import routes as ui_routes
 
 ROUTES = [
     health.healthz,
@@ -28,6 +33,7 @@ ROUTES = [
     jobs.show,
     jobs.cancel,
     jobs.logs,
+    execs.exec_session,
     fleet.list_workers,
     fleet.set_worker_state,
     fleet.remove_worker,
@@ -49,6 +55,9 @@ ROUTES = [
     approvals.show,
     approvals.approve,
     approvals.deny,
+    metrics.metrics,
+    *ui_routes.HANDLERS,
+    *ui_actions.HANDLERS,
     *cas.HANDLERS,
     worker_socket.attach,
 ]
@@ -57,9 +66,14 @@ ROUTES = [
 def create_app(rt: Runtime) -> Litestar:
     if rt.hub is None:
         rt.hub = Hub(rt)
+    hub = rt.hub
+    rt.metrics.watch(sessions=lambda: len(hub.sessions.ids()))
+    rt.metrics.count_statements(rt.db.engine)
     app = Litestar(
         route_handlers=ROUTES,
         guards=[guards.require_perm],
+        middleware=[observe.count_requests(rt.metrics)],
+        template_config=ui_render.TEMPLATES,
         exception_handlers=errors.HANDLERS,  # type: ignore[arg-type]
         openapi_config=OpenAPIConfig(title="berth", version=rt.version, path="/schema"),
         state={"runtime": rt},  # type: ignore[arg-type]

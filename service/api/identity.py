@@ -15,6 +15,7 @@ from litestar.connection import ASGIConnection
 
 from service.api.jwks import Jwks
 from service.api.runtime import Runtime
+from service.api.ui import session as ui_session
 from service.auth import jwt as jwt_auth
 from service.auth import rules as rules_mod
 from service.auth import tokens as tokens_auth
@@ -61,8 +62,17 @@ def bearer(connection: Conn) -> str:
 CALLER_TTL = 5.0
 
 
+def _ui_session(connection: Conn, rt: Runtime) -> str:
+    """The token a web UI session cookie holds; only UI routes read the cookie (api/ui)."""
+    handler = connection.scope.get("route_handler")
+    if handler is None or not handler.opt.get("ui"):
+        return ""
+    cookie = connection.cookies.get(ui_session.COOKIE, "")
+    return ui_session.opened(rt.secret_key, cookie) if cookie else ""
+
+
 async def _from_token(connection: Conn, rt: Runtime) -> Caller:
-    credential = bearer(connection)
+    credential = bearer(connection) or _ui_session(connection, rt)
     if not credential:
         raise Unauthenticated("missing bearer token (Authorization: Bearer brt_…)")
     digest = tokens_auth.digest(credential)

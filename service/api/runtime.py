@@ -6,11 +6,12 @@ from typing import TYPE_CHECKING
 
 from service.auth.callers import Caller
 from service.config import Config
-from service.core.placement import PoolSpec
+from service.core.placement import PoolSpec, Quotas
 from service.db.embedded import Embedded
 from service.db.engine import Database
 from service.domain.artifacts.server_store import ServerStore
 from service.domain.limits import InForce
+from service.metrics import Metrics
 from service.protocol import CasAccess
 
 if TYPE_CHECKING:  # these import this module
@@ -37,6 +38,7 @@ class Runtime:
     # token sha256 -> (caller, monotonic expiry): saves a transaction per request. Revocation
     # drops entries on every server at once (NOTIFY); the TTL bounds what a lost NOTIFY costs.
     callers: dict[bytes, tuple[Caller, float]] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)  # this process's own registry
 
     def forget_caller(self, name: str) -> None:
         for digest, (caller, _) in list(self.callers.items()):
@@ -45,6 +47,7 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.limits = InForce.of(self.config)  # berth.toml alone until the first read
+        self.quotas = self.limits.config.quotas()
 
     @property
     def effective(self) -> Config:
@@ -55,6 +58,7 @@ class Runtime:
     app: object = None  # the Litestar app serving this runtime (set by create_app)
     # The limits as this server last read them, and `pools` made from them (api/limits_watch.py).
     limits: InForce = field(init=False)
+    quotas: Quotas = field(init=False)  # the tenants' quotas in `limits`, for the claim
     limits_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def the_hub(self) -> "Hub":

@@ -152,6 +152,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         "serving", listen=f"{listen.host}:{listen.port}", server_id=rt.server_id, pid=os.getpid()
     )
     scheme = "https" if certfile else "http"
+    rt.metrics.watch(leader=(leader := Leader(url)).holds)
     provision = Provision(
         db,
         cfg,
@@ -193,7 +194,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         )
         tg.create_task(
             run_when_leader(
-                Leader(url),
+                leader,
                 [
                     ExpireSilent(db, cfg.executor),
                     SettleApprovals(db, interval=cfg.executor.loop_seconds),

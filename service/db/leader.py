@@ -30,6 +30,7 @@ class Leader:
         self._retry = retry_seconds
         self._ping = ping_seconds
         self._conn: asyncpg.Connection | None = None
+        self._leading = False
 
     @contextlib.asynccontextmanager
     async def held(self, stop: asyncio.Event) -> AsyncIterator["Leader"]:
@@ -47,12 +48,18 @@ class Leader:
                     break
             else:
                 log.info("leader_acquired")
+                self._leading = True
             self._conn = conn
             yield self
         finally:
             self._conn = None
+            self._leading = False
             with contextlib.suppress(Exception):  # a dead connection has released it already
                 await conn.close(timeout=2)
+
+    def holds(self) -> bool:
+        """This server holds the lock now (and runs the loops)."""
+        return self._leading
 
     async def watch(self, stop: asyncio.Event) -> None:
         """Return when `stop` is set; raise LeadershipLost when the lock's connection dies."""

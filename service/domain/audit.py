@@ -1,7 +1,7 @@
 """Recording writes: every write is signed with its caller, in the transaction that makes it."""
 
 import hmac
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,6 +193,9 @@ async def head(db: Database) -> tuple[int, bytes] | None:
         return await audit_q.head(conn)
 
 
-async def recent(db: Database, caller: Caller, *, limit: int) -> list[dict[str, Any]]:
+async def recent(
+    db: Database, caller: Caller, *, limit: int, match: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The newest entries the caller may see; `match` filters by caller, action, tenant, target."""
     async with db.begin() as conn:
-        return await audit_q.recent(conn, tenants=caller.tenant_filter(), limit=limit)
+        return await audit_q.recent(conn, tenants=caller.tenant_filter(), limit=limit, match=match)

@@ -6,6 +6,7 @@ an ack is never sent for a beat that was not written.
 
 import asyncio
 import contextlib
+import time
 
 import structlog
 
@@ -21,11 +22,12 @@ log = structlog.get_logger(__name__)
 class Heartbeats:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self._beats: dict[str, tuple[Session, int, protocol.Host]] = {}
+        # worker id -> (session, seq, host sample, when it arrived)
+        self._beats: dict[str, tuple[Session, int, protocol.Host, float]] = {}
         self._ready = asyncio.Event()
 
     def add(self, session: Session, frame: protocol.Beat) -> None:
-        self._beats[session.worker.id] = (session, frame.seq, frame.host)
+        self._beats[session.worker.id] = (session, frame.seq, frame.host, time.monotonic())
         self._ready.set()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -40,15 +42,17 @@ class Heartbeats:
                 written = await leasing.beats(
                     self.rt.db,
                     server_id=self.rt.server_id,
-                    beats=[(wid, host) for wid, (_, _, host) in batch.items()],
+                    beats=[(wid, host) for wid, (_, _, host, _) in batch.items()],
                 )
             except Unavailable as exc:  # no ack: the worker's watchdog counts the silence
                 log.warning("heartbeats_not_written", error=exc.message, count=len(batch))
                 await asyncio.sleep(0.2)
                 continue
-            for wid, (session, seq, _) in batch.items():
+            acked = time.monotonic()
+            for wid, (session, seq, _, arrived) in batch.items():
                 if wid in written:
                     session.send(protocol.Ack(seq=seq))
+                    self.rt.metrics.ack_latency.observe(acked - arrived)
                 else:  # the worker re-attached to another server: this socket is stale
                     session.close_soon(4000, "attached elsewhere")
             # No poke: a host sample crossing a threshold is picked up by the fallback pass.

@@ -7,6 +7,7 @@ event). One frame per worker per pass, however many leases it got.
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime
 
 import structlog
 
@@ -70,7 +71,9 @@ class Dispatcher:
             if stop.is_set():
                 return
             try:
-                done = await dispatch.run_pass(self.rt.db, self.sessions.ids(), self.rt.pools)
+                done = await dispatch.run_pass(
+                    self.rt.db, self.sessions.ids(), self.rt.pools, self.rt.quotas
+                )
             except Unavailable as exc:  # the database is restarting: try again shortly
                 log.warning("dispatch_pass_failed", error=exc.message)
                 await asyncio.sleep(0.5)
@@ -88,7 +91,12 @@ class Dispatcher:
                 self.poke()
 
     async def _send_leases(self, worker_id: str, jobs: list[JobRecord]) -> None:
-        leases = [lease for job in jobs if (lease := await self._lease(job)) is not None]
+        leases = []
+        now = datetime.now(UTC)
+        for job in jobs:
+            if (lease := await self._lease(job)) is not None:
+                leases.append(lease)
+                self.rt.metrics.started(job.pool, job.kind, (now - job.created_at).total_seconds())
         session = self.sessions.get(worker_id)
         if not leases:
             return
@@ -127,4 +135,7 @@ class Dispatcher:
             env=dict(job.env),
             secrets=values,
             timeout_seconds=job.timeout_seconds,
+            cpus=job.cpus,
+            memory_mb=job.memory_mb,
+            gpus=job.gpus,
         )

@@ -58,7 +58,8 @@ def too_many(ask: protocol.RelayRequest, bound: int) -> protocol.RelayResponse:
 
 async def answer(rt: Runtime, session: Session, ask: protocol.RelayRequest) -> None:
     """Run one relayed call and send its answer to the worker."""
-    status, body = await _run(rt, session, ask)
+    with rt.metrics.relay_sessions.track_inprogress():
+        status, body = await _run(rt, session, ask)
     session.send(protocol.RelayResponse(id=ask.id, status=status, body=body[:MAX_ANSWER]))
 
 

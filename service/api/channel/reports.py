@@ -8,7 +8,7 @@ dropped, and the workers keep their copies until they hear `received`.
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import structlog
 
@@ -56,6 +56,7 @@ class ReportBatcher:
                 await asyncio.sleep(0.2)
                 self._ready.set()
                 continue
+            self._count(batch, verdicts.stale)
             by_id = {wid: session for wid, (session, _) in upto.items()}
             for worker_id, job, epoch in verdicts.stale:
                 if s := by_id.get(worker_id):
@@ -65,3 +66,13 @@ class ReportBatcher:
             if verdicts.requeued:
                 finished = {w.id for w, _ in batch.finished} | {w.id for w, _ in batch.gave_back}
                 await self._on_freed([by_id[w] for w in finished if w in by_id])
+
+    def _count(self, batch: reports.Reports, stale: Iterable[tuple[str, int, int]]) -> None:
+        """Jobs that started or finished, for /metrics; a stale report changed nothing."""
+        refused = {(job, epoch) for _, job, epoch in stale}
+        for _, started in batch.started:
+            if (started.job, started.epoch) not in refused:
+                self.rt.metrics.transitions.labels("running").inc()
+        for _, done in batch.finished:
+            if (done.job, done.epoch) not in refused:
+                self.rt.metrics.transitions.labels(done.state).inc()

@@ -1,6 +1,6 @@
 """SQL for the audit log: append is a plain insert; sealing chains entries in batches."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +39,13 @@ async def append(conn: AsyncConnection, entries: Sequence[dict[str, Any]]) -> No
 
 
 async def recent(
-    conn: AsyncConnection, *, tenants: frozenset[str] | None, limit: int
+    conn: AsyncConnection,
+    *,
+    tenants: frozenset[str] | None,
+    limit: int,
+    match: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
+    """The newest entries of `tenants`; `match`: column -> value (caller, action, tenant)."""
     q = (
         select(
             audit.c.id,
@@ -58,7 +63,13 @@ async def recent(
     )
     if tenants is not None:
         q = q.where(audit.c.tenant.in_(sorted(tenants)))
+    for column, value in (match or {}).items():
+        if column in FILTERS and value:
+            q = q.where(audit.c[column] == value)
     return [dict(r._mapping) for r in await conn.execute(q)]
+
+
+FILTERS = ("caller", "action", "tenant", "target")
 
 
 SEAL_LOCK_KEY = 0x6265727400000002  # serialises sealers if two leaders briefly overlap
