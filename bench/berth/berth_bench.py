@@ -602,12 +602,17 @@ def fleet(args: argparse.Namespace, started_at: float) -> dict[str, Any]:
 
 
 def _starts(path: Path) -> list[tuple[int, float]]:
+    """(pid, wall clock) of each start of the job stamping `path`, in order.
+
+    One file per attempt (`path.<attempt>`): each attempt may run as another uid, which may not
+    append to a file of the first's.
+    """
     out = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
-            pid, t = line.split()
+    for stamp in path.parent.glob(f"{path.name}.*"):
+        with contextlib.suppress(OSError, ValueError):
+            pid, t = stamp.read_text().split()
             out.append((int(pid), float(t)))
-    return out
+    return sorted(out, key=lambda s: s[1])
 
 
 def _wait_starts(path: Path, n: int, timeout: float) -> list[tuple[int, float]]:
@@ -655,7 +660,8 @@ def failover(args: argparse.Namespace) -> dict[str, Any]:
     def job(path: Path) -> dict[str, Any]:
         files.append(path)
         # the shell becomes `sleep`, so its pid (the line's first field) is the job's process
-        return _job(["bash", "-c", f"echo $$ $EPOCHREALTIME >> {path}; exec sleep 60"], "real")
+        stamp = f"{path}.$BERTH_ATTEMPT"
+        return _job(["bash", "-c", f"echo $$ $EPOCHREALTIME > {stamp}; exec sleep 60"], "real")
 
     try:
         tokens = asyncio.run(common.mint_worker_tokens(server.db_url, "fo", 3))

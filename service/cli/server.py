@@ -144,10 +144,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         print(f"admin token (shown once, also in {path}):\n{admin}", flush=True)
     server, certfile = _http_server(app, cfg, listen.host, listen.port)
     sockets = [reuse_port_socket(listen.host, listen.port)] if listen.reuse_port else None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
     logger.info(
         "serving", listen=f"{listen.host}:{listen.port}", server_id=rt.server_id, pid=os.getpid()
     )
@@ -237,6 +234,15 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     await cas.store.aclose()
     await db.dispose()
     return 0
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event that SIGTERM and SIGINT set: every part stops on it, in order."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
 
 
 async def _check_migrated(url: str) -> None:
