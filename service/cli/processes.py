@@ -8,6 +8,11 @@ kernel spreads connections (HTTP requests and worker sockets) over them. Each is
 server on the shared database (operations.md, "Several servers on one database"): it
 dispatches to the workers attached to it and wakes the others through NOTIFY.
 
+/metrics: a scrape reaches one process, so its counters are that process's alone. A whole view
+per `serve` needs the processes to share them: prometheus_client's multiprocess mode
+(PROMETHEUS_MULTIPROC_DIR set here per group, emptied at start, `mark_process_dead` when a
+server exits, and the route collecting with MultiProcessCollector besides the Postgres gauges).
+
 SIGTERM/SIGINT to the parent reach every server; when one server exits on its own, the parent
 stops the others and exits with that server's code, so a supervisor above (systemd, --detach's
 --stop) sees one service.
