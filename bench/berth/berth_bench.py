@@ -52,7 +52,7 @@ SAFE_BATCH = 36  # 36 seven-character ids fit the audit target's 256 characters
 
 
 def _stub(args: argparse.Namespace) -> dict[str, Any]:
-    return {"system": "berth", "scenario": args.scenario}
+    return {"system": "berth", "scenario": args.scenario, "processes": args.processes}
 
 
 def _job(command: list[str], pool: str) -> dict[str, Any]:
@@ -189,18 +189,20 @@ def dispatch_real(args: argparse.Namespace) -> dict[str, Any]:
     server = BerthServer("dispatch-real", {"pools": {"real": {"slots": {"default": args.slots}}}})
     server.start()
     api = Api(server)
-    stamp = server.home / "started.txt"
-    stamp.touch()
+    # Each job runs as a uid of its own with a private /tmp: it writes its stamp as a file of
+    # its own in a sticky folder every uid may create files in (one shared file would be
+    # root's, or the first job's, and the others could not append to it).
+    marks = _marks_dir("dispatch-real-")
 
     def body(k: int) -> dict[str, Any]:
         # bash's $EPOCHREALTIME: the wall clock when the job's process runs, no fork for `date`.
-        return _job(["bash", "-c", f"echo {k} $EPOCHREALTIME >> {stamp}"], "real")
+        return _job(["bash", "-c", f"echo $EPOCHREALTIME > {marks}/{k}.t"], "real")
 
     def lines() -> dict[int, float]:
         out = {}
-        for line in stamp.read_text().splitlines():
-            k, t = line.split()
-            out[int(k)] = float(t)
+        for path in marks.glob("*.t"):
+            with contextlib.suppress(ValueError):
+                out[int(path.stem)] = float(path.read_text().split()[0])
         return out
 
     try:
@@ -212,7 +214,8 @@ def dispatch_real(args: argparse.Namespace) -> dict[str, Any]:
             api.submit(body(-1 - k))
         ok, _ = asyncio.run(common.wait_states(server.db_url, "succeeded", WARMUP_JOBS, 30))
         if not ok:
-            return {**_stub(args), "error": "warm-up jobs did not run"}
+            states = asyncio.run(common.job_states(server.db_url))
+            return {**_stub(args), "error": f"warm-up jobs did not run: {states}"}
         submitted_by_id, submit_stats = _open_loop(api, args, body)
         # ids were assigned in submission order, k = 0, 1, ...
         submitted = dict(enumerate(submitted_by_id[i] for i in sorted(submitted_by_id)))
@@ -237,6 +240,7 @@ def dispatch_real(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         api.close()
         benchlib.stop_all()
+        shutil.rmtree(marks, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -598,12 +602,17 @@ def fleet(args: argparse.Namespace, started_at: float) -> dict[str, Any]:
 
 
 def _starts(path: Path) -> list[tuple[int, float]]:
+    """(pid, wall clock) of each start of the job stamping `path`, in order.
+
+    One file per attempt (`path.<attempt>`): each attempt may run as another uid, which may not
+    append to a file of the first's.
+    """
     out = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
-            pid, t = line.split()
+    for stamp in path.parent.glob(f"{path.name}.*"):
+        with contextlib.suppress(OSError, ValueError):
+            pid, t = stamp.read_text().split()
             out.append((int(pid), float(t)))
-    return out
+    return sorted(out, key=lambda s: s[1])
 
 
 def _wait_starts(path: Path, n: int, timeout: float) -> list[tuple[int, float]]:
@@ -622,12 +631,12 @@ def _kill_jobs(path: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _marks_dir() -> Path:
+def _marks_dir(prefix: str = "failover-") -> Path:
     """A sticky folder every job's uid may append to, outside /tmp, /var/tmp and /dev/shm (a
     root worker's jobs get private ones of those, and their own uid: not the server's home)."""
     parent = Path("/var/lib/berth-bench") if os.geteuid() == 0 else Path(tempfile.gettempdir())
     parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="failover-", dir=parent))
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     path.chmod(0o1777)
     return path
 
@@ -651,7 +660,8 @@ def failover(args: argparse.Namespace) -> dict[str, Any]:
     def job(path: Path) -> dict[str, Any]:
         files.append(path)
         # the shell becomes `sleep`, so its pid (the line's first field) is the job's process
-        return _job(["bash", "-c", f"echo $$ $EPOCHREALTIME >> {path}; exec sleep 60"], "real")
+        stamp = f"{path}.$BERTH_ATTEMPT"
+        return _job(["bash", "-c", f"echo $$ $EPOCHREALTIME > {stamp}; exec sleep 60"], "real")
 
     try:
         tokens = asyncio.run(common.mint_worker_tokens(server.db_url, "fo", 3))
@@ -737,6 +747,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--evict", type=float, default=3.0)
     p.add_argument("--loop", type=float, default=0.25, help="failover: leader loop cadence")
     p.add_argument("--timeout", type=float, default=115.0, help="hard limit, seconds")
+    p.add_argument("--processes", type=int, default=1, help="berth serve --processes N")
     return p
 
 
@@ -758,6 +769,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, key) is None or (key == "seconds" and "--seconds" not in raw):
             setattr(args, key, value)
     started_at = time.monotonic()
+    common.PROCESSES = args.processes
     stub = _stub(args)
     benchlib.install_guards(args.timeout, stub)
     os.environ.setdefault("TMPDIR", tempfile.gettempdir())

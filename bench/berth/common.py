@@ -49,6 +49,7 @@ SYSTEM = "berth"
 # (a token, a server, a config) out of the servers and workers this suite starts.
 for _k in [k for k in os.environ if k.startswith("BERTH_")]:
     del os.environ[_k]
+PROCESSES = 1  # server processes per `berth serve` (berth_bench.py --processes)
 PROFILE_ENV = "BENCH_PROFILE_DIR"  # set: profile the server's measured phase with py-spy
 
 
@@ -97,6 +98,8 @@ class BerthServer:
     db_url: str = ""
     proc: subprocess.Popen[bytes] | None = None
     _admin: str = ""
+    # `berth serve --processes N`: the bench's --processes (berth_bench.py sets it for all)
+    processes: int = field(default_factory=lambda: PROCESSES)
 
     @property
     def database(self) -> str:
@@ -129,6 +132,8 @@ class BerthServer:
         atexit.register(shutil.rmtree, self.home, True)
         argv = [sys.executable, "-m", "service", "serve", "--listen", f"127.0.0.1:{self.port}"]
         argv.append("--no-builtin-worker")
+        if self.processes > 1:
+            argv += ["--processes", str(self.processes)]
         self.proc = benchlib.spawn(argv, log_path=self.log_path, cwd=REPO_DIR, env=self.env())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -30,9 +30,30 @@ def add(sub: Any) -> None:  # noqa: ANN401
         action="store_true",
         help="stop the server started with --detach on this home (its serve.pid), and wait for it",
     )
+    p.add_argument(
+        "--processes",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="server processes sharing the port and the database (default 1)",
+    )
     p.add_argument("--no-builtin-worker", action="store_true", help=argparse.SUPPRESS)
+    # set by --processes for the servers it starts: bind with SO_REUSEPORT; and, on all but the
+    # first, leave server.url and the first admin token to the first
+    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--secondary", action="store_true", help=argparse.SUPPRESS)
     add_log_args(p)
     p.set_defaults(func=run)
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"takes a whole number of 1 or more, not {text!r}")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,9 +74,23 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.detach:
         return _detach(args, host, port, cfg)
+    builtin = cfg.builtin_worker() and not args.no_builtin_worker
+    if args.processes > 1:
+        from service.cli import processes  # noqa: PLC0415
+
+        scheme = "https" if cfg.network.tls and cfg.network.tls != "proxy" else "http"
+        return processes.supervise(
+            args.processes,
+            host,
+            port,
+            scheme,
+            args.config,
+            args.log_level,
+            args.log_format,
+            builtin,
+        )
     from service.cli import serve_process  # noqa: PLC0415
 
-    builtin = cfg.builtin_worker() and not args.no_builtin_worker
     return serve_process.main(
         cfg,
         host=host,
@@ -63,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         builtin_worker=builtin,
         log_level=args.log_level,
         log_json=log_json(args),
+        reuse_port=args.reuse_port,
+        primary=not args.secondary,
     )
 
 
@@ -112,7 +149,7 @@ def _detach(args: argparse.Namespace, host: str, port: int, cfg: Any) -> int:  #
     argv = [sys.executable, "-m", "service", "serve", "--listen", f"{host}:{port}"]
     if args.config:
         argv += ["--config", str(args.config)]
-    argv += ["--log-level", args.log_level]
+    argv += ["--log-level", args.log_level, "--processes", str(args.processes)]
     if args.log_format:
         argv += ["--log-format", args.log_format]
     with log_path.open("ab") as log_file:

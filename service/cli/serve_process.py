@@ -13,6 +13,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -34,6 +35,7 @@ from service.background.silence import ExpireSilent
 from service.background.supervisor import run_when_leader
 from service.cli.client import CliError, remove_server_url, write_server_url
 from service.cli.ops_db import database_errors
+from service.cli.processes import reuse_port_socket
 from service.config import Config, home
 from service.core.errors import BerthError, Unavailable
 from service.core.exits import Exit
@@ -52,6 +54,16 @@ from service.worker import main as worker_main
 logger = structlog.get_logger("berth.serve")
 
 
+@dataclass(frozen=True)
+class Listen:
+    """Where this server listens; `--processes N` starts its servers with reuse_port."""
+
+    host: str
+    port: int
+    reuse_port: bool = False  # bind with SO_REUSEPORT: other servers share the port
+    primary: bool = True  # writes server.url, mints the first admin token
+
+
 class _Uvicorn(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -66,6 +78,8 @@ def main(
     builtin_worker: bool,
     log_level: str = "info",
     log_json: bool | None = None,
+    reuse_port: bool = False,
+    primary: bool = True,
 ) -> int:
     log.configure(log_level, json=log_json)
     # Jobs of the built-in worker may run as this user (a server that is not root): they must
@@ -84,7 +98,8 @@ def main(
                 migrate.upgrade(url)
             # uvloop: the server is all socket I/O (workers, clients, Postgres); uvloop halves
             # its cost.
-            return uvloop.run(_serve(cfg, url, host, port, berth_home, builtin_worker, embedded))
+            listen = Listen(host, port, reuse_port=reuse_port, primary=primary)
+            return uvloop.run(_serve(cfg, url, listen, berth_home, builtin_worker, embedded))
         finally:
             if embedded is not None:
                 embedded.stop()
@@ -93,16 +108,18 @@ def main(
 async def _serve(  # noqa: PLR0917  (called once, from main)
     cfg: Config,
     url: str,
-    host: str,
-    port: int,
+    listen: "Listen",
     berth_home: Path,
     builtin_worker: bool,
     embedded: Embedded | None,
 ) -> int:
     await _check_migrated(url)
     secret_key = secrets.load_key(berth_home)
-    db = Database(url, secret_key=secret_key)  # signs the audit entries this server writes
-    builtin_home = berth_home / "builtin" / _listen_key(host, port)
+    # signs the audit entries this server writes. 20 kept: a server under 16 concurrent
+    # clients plus its own loops no longer opens and closes overflow connections all along
+    # (each a TLS handshake, authentication and the driver's type set-up).
+    db = Database(url, pool_size=20, max_overflow=10, secret_key=secret_key)
+    builtin_home = berth_home / "builtin" / _listen_key(listen.host, listen.port)
     builtin_token = await _builtin_credential(db, builtin_home) if builtin_worker else ""
     cas = server_store.open_server_store(cfg, home=berth_home, secret_key=secret_key)
     rt = assemble(
@@ -119,26 +136,26 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     )
     app = create_app(rt)
     hub, limits = rt.hub, rt.limits_watch
-    await _before_serving(rt, berth_home)
-    server, certfile = _http_server(app, cfg, host, port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    logger.info("serving", listen=f"{host}:{port}", server_id=rt.server_id, pid=os.getpid())
+    await _before_serving(rt, berth_home, primary=listen.primary)
+    server, certfile = _http_server(app, cfg, listen.host, listen.port)
+    sockets = [reuse_port_socket(listen.host, listen.port)] if listen.reuse_port else None
+    stop = _stop_on_signals()
+    logger.info(
+        "serving", listen=f"{listen.host}:{listen.port}", server_id=rt.server_id, pid=os.getpid()
+    )
     scheme = "https" if certfile else "http"
     rt.metrics.watch(leader=(leader := Leader(url)).holds)
     provision = Provision(
         db,
         cfg,
         home=berth_home,
-        server_url=f"{scheme}://{_dial(host)}:{port}",
+        server_url=f"{scheme}://{_dial(listen.host)}:{listen.port}",
         secret_key=secret_key,
         interval=cfg.executor.loop_seconds,
     )
     try:
         async with asyncio.TaskGroup() as tg:
-            web = tg.create_task(server.serve(), name="http")
+            web = tg.create_task(server.serve(sockets=sockets), name="http")
             if embedded is not None:  # Postgres is ours to keep up: it comes back when it dies
                 tg.create_task(
                     embedded.supervise(
@@ -185,7 +202,9 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                 run_when_leader(leader, loops, stop, max_failures=cfg.executor.loop_max_failures),
                 name="leader",
             )
-            listening = tg.create_task(_listening(server, scheme, host, stop), name="listening")
+            listening = tg.create_task(
+                _listening(server, scheme, listen.host, stop), name="listening"
+            )
             if builtin_worker:
                 tg.create_task(
                     _builtin_worker(
@@ -198,9 +217,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                     name="builtin-worker",
                 )
             told = tg.create_task(
-                _tell_cli(
-                    listening, berth_home, stop, known=_written_now(berth_home, scheme, host, port)
-                ),
+                _tell_cli(listening, berth_home, stop, listen=listen, scheme=scheme),
                 name="server-url",
             )
             await stop.wait()
@@ -217,16 +234,28 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     return 0
 
 
-async def _before_serving(rt: Runtime, berth_home: Path) -> None:
-    """The limits in force before the first dispatch pass; the first admin token, once."""
+async def _before_serving(rt: Runtime, berth_home: Path, *, primary: bool) -> None:
+    """The limits in force before the first dispatch pass; the first admin token, once.
+
+    Of the servers of `--processes N`, only the first mints it.
+    """
     try:
         await rt.limits_watch.refresh()
     except Unavailable as exc:
         raise CliError(f"cannot read the limits: {exc.message}", Exit.UNREACHABLE) from None
-    admin = await tokens.ensure_admin(rt.db)
+    admin = await tokens.ensure_admin(rt.db) if primary else None
     if admin is not None:
         path = write_private(berth_home / "admin.token", admin + "\n")
         print(f"admin token (shown once, also in {path}):\n{admin}", flush=True)
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event that SIGTERM and SIGINT set: every part stops on it, in order."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
 
 
 def _stopped(group: ExceptionGroup) -> CliError:
@@ -308,9 +337,20 @@ def _written_now(berth_home: Path, scheme: str, host: str, port: int) -> str:
 
 
 async def _tell_cli(
-    listening: "asyncio.Task[str]", berth_home: Path, stop: asyncio.Event, *, known: str
+    listening: "asyncio.Task[str]",
+    berth_home: Path,
+    stop: asyncio.Event,
+    *,
+    listen: Listen,
+    scheme: str,
 ) -> None:
-    """$BERTH_HOME/server.url says where this server listens while it runs (SPEC section 2)."""
+    """$BERTH_HOME/server.url says where this server listens while it runs (SPEC section 2).
+
+    Of the servers of `--processes N`, the first alone writes it (they share the address).
+    """
+    if not listen.primary:
+        return
+    known = _written_now(berth_home, scheme, listen.host, listen.port)
     url = known or await listening
     if not url:
         return

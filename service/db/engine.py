@@ -6,15 +6,31 @@ API maps them to 4xx/503 in one place and never leaks a 500.
 """
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
-from sqlalchemy import make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy import event, make_url
+from sqlalchemy.exc import (
+    DBAPIError,
+    DisconnectionError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from service.core import audit_chain
 from service.core.errors import Conflict, Unavailable
+
+# A pooled connection idle longer than this is pinged before use (one round trip); one used
+# more recently is not: a busy server would otherwise pay a ping per transaction (a fifth of a
+# submit's round trips). A connection that died since is found by its first statement instead:
+# that transaction fails as Unavailable (503, "retry shortly") and SQLAlchemy invalidates the
+# whole pool on that disconnect, so the ones after it connect afresh.
+PING_IDLE_SECONDS = 1.0
+_IDLE_SINCE = "berth.idle_since"
 
 # Where a transaction finds the key its audit entries are signed with (db/queries/audit.py).
 AUDIT_KEY = "berth.audit_row_key"
@@ -72,7 +88,14 @@ def refusal(exc: BaseException) -> str | None:
 class Database:
     """The engine plus berth's transaction pattern."""
 
-    def __init__(self, url: str, *, pool_size: int = 10, secret_key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        max_overflow: int | None = None,
+        secret_key: bytes | None = None,
+    ) -> None:
         """An engine for `url`.
 
         `secret_key`: audit entries written through this database are signed with a key derived
@@ -84,10 +107,13 @@ class Database:
         self.engine: AsyncEngine = create_async_engine(
             async_url(url),
             pool_size=pool_size,
-            max_overflow=pool_size,
-            pool_pre_ping=True,  # after a Postgres restart, stale pooled connections are replaced
+            max_overflow=pool_size if max_overflow is None else max_overflow,
+            pool_pre_ping=False,  # replaced by _ping_if_idle: a ping only after an idle spell
             pool_recycle=1800,
         )
+        pool = self.engine.sync_engine.pool
+        event.listen(pool, "checkin", _mark_idle)
+        event.listen(pool, "checkout", _ping_if_idle)
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
@@ -107,6 +133,25 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+def _mark_idle(_dbapi_conn: Any, record: Any) -> None:  # noqa: ANN401  (SQLAlchemy's hook)
+    record.info[_IDLE_SINCE] = time.monotonic()
+
+
+def _ping_if_idle(dbapi_conn: Any, record: Any, _proxy: Any) -> None:  # noqa: ANN401
+    """After a Postgres restart, a stale pooled connection is replaced before use.
+
+    Runs inside SQLAlchemy's greenlet (the adapted connection's ping awaits). A fresh connection
+    (no mark) needs no ping. DisconnectionError makes the pool retry with a new connection.
+    """
+    since = record.info.get(_IDLE_SINCE)
+    if since is None or time.monotonic() - since < PING_IDLE_SECONDS:
+        return
+    try:
+        dbapi_conn.ping()
+    except Exception as exc:
+        raise DisconnectionError("stale pooled connection") from exc
 
 
 def _constraint_message(exc: IntegrityError) -> str:

@@ -2,9 +2,12 @@
 
 Each scenario runs as the suite runs it, a subprocess printing one JSON object as its last
 stdout line, against the test run's Postgres. This keeps `bench/` from rotting: a protocol or
-API change that breaks the simulated workers or the scenario scripts fails here.
+API change that breaks the simulated workers or the scenario scripts fails here. Every scenario
+of berth_bench.py runs here (test_every_scenario_is_smoked keeps it so), and a result carrying
+an "error" fails its test.
 """
 
+import ast
 import json
 import os
 import subprocess
@@ -34,7 +37,7 @@ def bench_env(pg_admin_url):
     yield env
     import asyncio
 
-    for scenario in ("dispatch", "drain", "fleet_20"):
+    for scenario in (*SMOKED, "fleet_20"):
         asyncio.run(
             pg.admin(
                 pg_admin_url,
@@ -43,14 +46,18 @@ def bench_env(pg_admin_url):
         )
 
 
-def run(env: dict[str, str], *args: str) -> dict:
+# Scenarios with a database of their own per run (fleet's name carries its size).
+SMOKED = ("dispatch", "dispatch_real", "drain", "submit", "real", "failover")
+
+
+def run(env: dict[str, str], *args: str, limit: float = 40.0) -> dict:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--timeout", "40", *args],
+        [sys.executable, str(SCRIPT), "--timeout", str(limit), *args],
         env=env,
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=limit + 20,
         check=False,
     )
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
@@ -93,6 +100,68 @@ def test_fleet_acks_heartbeats(bench_env):
     assert r["attached"] == r["workers"] == 20
     assert r["beats_acked"] > 0
     assert r["ack_p99_ms"] >= r["ack_p50_ms"]
+
+
+def test_dispatch_real_starts_every_job(bench_env):
+    # The jobs run as uids of their own: their stamps must land where such a uid may write.
+    r = run(bench_env, "--scenario", "dispatch-real", "--seconds", "1", "--rate", "5")
+    assert r["n"] == r["expected"] == 5
+    assert r["p50_ms"] <= r["p99_ms"]
+
+
+def test_submit_counts_single_and_batched_jobs(bench_env):
+    r = run(
+        bench_env,
+        "--scenario",
+        "submit",
+        "--seconds",
+        "1",
+        "--concurrency",
+        "2",
+        "--jobs",
+        "400",
+        "--batch",
+        "100",
+    )
+    assert r["single_jobs"] > 0 and r["single_errors"] == 0
+    assert r["batch_jobs"] == 400 and r["batch_errors"] == 0
+
+
+def test_real_workers_run_every_job(bench_env):
+    r = run(bench_env, "--scenario", "real", "--jobs", "20")
+    assert r["n"] == r["completed"] == 20
+    assert r["states"] == {"succeeded": 21}  # and the warm-up job
+
+
+@pytest.mark.timeout(150)
+def test_failover_restarts_the_job_on_both_paths(bench_env):
+    r = run(bench_env, "--scenario", "failover", limit=100.0)
+    assert r["fast_s"] > 0 and r["silent_s"] > 0
+    assert r["silent_attempt"] >= 2
+
+
+def test_every_scenario_is_smoked():
+    """A scenario added to berth_bench.py without a smoke test here fails this."""
+    # Read, not imported: importing the bench clears BERTH_* from this process's environment.
+    tree = ast.parse(SCRIPT.read_text())
+    scenarios = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "SCENARIOS" for t in node.targets)
+    )
+    tests = {name for name in globals() if name.startswith("test_")}
+    covered = {
+        "dispatch": "test_dispatch_leases_every_job",
+        "dispatch-real": "test_dispatch_real_starts_every_job",
+        "drain": "test_drain_finishes_every_job",
+        "submit": "test_submit_counts_single_and_batched_jobs",
+        "real": "test_real_workers_run_every_job",
+        "fleet": "test_fleet_acks_heartbeats",
+        "failover": "test_failover_restarts_the_job_on_both_paths",
+    }
+    assert set(scenarios) == set(covered)
+    assert set(covered.values()) <= tests
 
 
 def run_script(pg_admin_url: str, name: str, *args: str) -> dict:
