@@ -25,7 +25,7 @@ from openapi_spec_validator import validate
 from service import views
 from service.api import contract
 from service.api.app import ROUTES, create_app
-from service.api.runtime import Runtime
+from service.api.assembly import assemble
 from service.config import load
 from service.db.engine import Database
 from tests.openapi_check import Contract, Undeclared, served
@@ -40,12 +40,8 @@ def app(auth: str = "token") -> Any:
         {"pools": {"gpu": {"slots": {"default": 2}}}, "network": {"auth": auth}}
     )
     cfg = load(Path("/nonexistent/berth.toml"), environ=env)
-    rt = Runtime(
-        config=cfg,
-        db=Database("postgresql+asyncpg://nobody@127.0.0.1:1/none"),
-        server_id="t",
-        version="t",
-        pools=cfg.pool_specs(),
+    rt = assemble(
+        cfg, Database("postgresql+asyncpg://nobody@127.0.0.1:1/none"), server_id="t", version="t"
     )
     return create_app(rt)
 
