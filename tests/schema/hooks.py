@@ -65,6 +65,11 @@ def map_case(context: Any, case: Any) -> Any:
     if case.meta is None or case.meta.generation.mode is GenerationMode.POSITIVE:
         if method != "PUT":
             _existing(path, params)
+        follow = str((case.query or {}).get("follow", "")).lower() in TRUE
+        if path.endswith("/logs") and follow and "ended" in SEEDS:
+            # A followed output streams until its job ends, and no job runs here: any other
+            # job (ids are small, so the fuzzer names the ones it made) would never answer.
+            params["job_id"] = SEEDS["ended"]
         if path == "/api/v1/jobs" and method == "POST":
             _distinct_inputs(case.body)
     if path == "/api/v1/tokens/{name}" and method == "DELETE":
