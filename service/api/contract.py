@@ -39,7 +39,7 @@ WHY = {
     404: "The target does not exist, or the caller may not see it (the same answer on purpose).",
     409: "The target is in a state that forbids the change.",
     413: "The body is over a size bound.",
-    416: "The range starts at or past the blob's end.",
+    416: "The range starts at or past the blob's end, or ends before it starts.",
     422: "The body is not what its name says (a blob whose bytes do not hash to its name).",
     429: "The change would pass a bound that protects every tenant from one (the key is named).",
     503: "The database (or the artifact store) is not reachable now; retry shortly.",

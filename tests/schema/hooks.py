@@ -67,6 +67,12 @@ def map_case(context: Any, case: Any) -> Any:
             _existing(path, params)
         if path == "/api/v1/jobs" and method == "POST":
             _distinct_inputs(case.body)
+    follow = str((case.query or {}).get("follow", "")).lower() in TRUE
+    if path.endswith("/logs") and follow and "ended" in SEEDS:
+        # A followed output streams until its job ends, and no job runs here: any other job
+        # (ids are small, so the fuzzer names those it made) would never answer. In every
+        # mode: a negative case may break only what the server ignores.
+        params["job_id"] = SEEDS["ended"]
     if path == "/api/v1/tokens/{name}" and method == "DELETE":
         # The run's own credential: the server refuses to revoke the token in use (409) unless
         # force is given, and force is the deliberate way to end one's own access. The fuzzer
