@@ -4,6 +4,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from service.api.followers import Followers
 from service.auth.callers import Caller
 from service.config import Config
 from service.core.placement import PoolSpec
@@ -39,6 +40,7 @@ class Runtime:
     # drops entries on every server at once (NOTIFY); the TTL bounds what a lost NOTIFY costs.
     callers: dict[bytes, tuple[Caller, float]] = field(default_factory=dict)
     metrics: Metrics = field(default_factory=Metrics)  # this process's own registry
+    followers: Followers = field(default_factory=Followers)  # of job event streams, by job
 
     def forget_caller(self, name: str) -> None:
         for digest, (caller, _) in list(self.callers.items()):

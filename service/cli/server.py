@@ -21,6 +21,7 @@ from litestar import Litestar
 from service import __version__, log
 from service.api import limits_watch
 from service.api.app import create_app
+from service.api.followers import JOB_EVENTS_CHANNEL
 from service.api.runtime import Runtime
 from service.background.approvals import SettleApprovals
 from service.background.audit_seal import SealAudit
@@ -155,23 +156,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         tg.create_task(hub.run(stop), name="hub")
         tg.create_task(limits.run(stop), name="limits")
 
-        def reconnected() -> None:  # notifications sent while LISTEN was down are lost
-            hub.poke()
-            limits.poke()
-
-        tg.create_task(
-            notify.listen(
-                url,
-                {
-                    JOBS_CHANNEL: lambda _p: hub.poke(),
-                    WORKERS_CHANNEL: hub.on_worker_notice,
-                    LIMITS_CHANNEL: lambda _p: limits.poke(),
-                },
-                stop,
-                on_reconnect=reconnected,
-            ),
-            name="listen",
-        )
+        tg.create_task(_listen(url, rt, limits, stop), name="listen")
         tg.create_task(
             run_when_leader(
                 leader,
@@ -219,6 +204,28 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     await cas.store.aclose()
     await db.dispose()
     return 0
+
+
+async def _listen(url: str, rt: Runtime, limits: limits_watch.Watch, stop: asyncio.Event) -> None:
+    """This server's one LISTEN connection: wakes the hub, the limits and the job followers."""
+    hub = rt.the_hub()
+
+    def reconnected() -> None:  # notifications sent while LISTEN was down are lost
+        hub.poke()
+        limits.poke()
+        rt.followers.wake_all()
+
+    await notify.listen(
+        url,
+        {
+            JOBS_CHANNEL: lambda _p: hub.poke(),
+            WORKERS_CHANNEL: hub.on_worker_notice,
+            LIMITS_CHANNEL: lambda _p: limits.poke(),
+            JOB_EVENTS_CHANNEL: rt.followers.on_notice,
+        },
+        stop,
+        on_reconnect=reconnected,
+    )
 
 
 async def _check_migrated(url: str) -> None:

@@ -1,0 +1,173 @@
+"""GET /api/v1/jobs/{id}/events: a job's state changes and new output, pushed as server-sent events.
+
+Woken by NOTIFY berth_job_events_v1 through this server's one LISTEN connection (api/followers.py),
+never by a timer: a follower of a silent job costs the database nothing. Each wake reads the job
+and its output after the last chunk sent. The stream opens with the job's state, sends `state`
+when it moves and `output` per chunk (SSE id = chunk id: a client resumes with `after` or
+Last-Event-ID), and ends with `end` once the job has ended and all its output is sent.
+"""
+
+import asyncio
+import base64
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal, cast
+
+import msgspec
+from litestar import Request, get
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import FromPath, FromQuery, HeaderParameter
+from litestar.response import Stream
+
+from service.api.identity import identify, runtime_of
+from service.api.runtime import Runtime
+from service.auth.callers import Caller
+from service.auth.permissions import Perm
+from service.core.errors import Invalid, NotFound
+from service.core.states import JobState
+from service.db.records import JobRecord, OutputChunk
+from service.domain import jobs
+
+MAX_ID = 2**63 - 1
+KEEPALIVE_SECONDS = 15.0  # an SSE comment, so proxies and clients see a live idle stream
+MEDIA_TYPE = "text/event-stream"
+
+
+class StateEvent(msgspec.Struct, tag_field="type", tag="state", kw_only=True):
+    """The job moved: queued (and what it waits for), leased on a worker, running, ended."""
+
+    state: str
+    attempt: int
+    worker: str | None
+    waiting_for: str
+    exit_code: int | None
+    error: str
+
+
+class OutputEvent(msgspec.Struct, tag_field="type", tag="output", kw_only=True):
+    """One chunk of output; `data` (text, invalid UTF-8 replaced) or `b64` (exact bytes)."""
+
+    id: int
+    stream: Literal["stdout", "stderr"]
+    data: str | None = None
+    b64: str | None = None
+
+
+class EndEvent(msgspec.Struct, tag_field="type", tag="end", kw_only=True):
+    """The job ended and every chunk of its output was sent; the stream closes."""
+
+    state: str
+    exit_code: int | None
+    error: str
+
+
+JobEvent = StateEvent | OutputEvent | EndEvent
+
+DOC = (
+    "Server-sent events, one per change: `event:` is the data's `type` (state, output, end); "
+    "output events carry `id:` (the chunk id, for Last-Event-ID or `after` on reconnect). "
+    "Lines starting with ':' are keepalives."
+)
+
+
+def _sse(event: JobEvent, event_id: int | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    name = type(event).__struct_config__.tag
+    return f"{head}event: {name}\n".encode() + b"data: " + msgspec.json.encode(event) + b"\n\n"
+
+
+def _output(c: OutputChunk, encoding: str) -> OutputEvent:
+    stream: Literal["stdout", "stderr"] = "stderr" if c.stream == "stderr" else "stdout"
+    if encoding == "base64":
+        return OutputEvent(id=c.id, stream=stream, b64=base64.b64encode(c.data).decode())
+    return OutputEvent(id=c.id, stream=stream, data=c.data.decode("utf-8", "replace"))
+
+
+async def _state(rt: Runtime, job: JobRecord) -> StateEvent:
+    waiting = (
+        ""
+        if JobState(job.state).terminal
+        else await jobs.waiting_for(rt.db, job, rt.pools, rt.effective)
+    )
+    return StateEvent(
+        state=job.state,
+        attempt=job.attempt,
+        worker=job.worker,
+        waiting_for=waiting,
+        exit_code=job.exit_code,
+        error=job.error,
+    )
+
+
+async def follow(
+    rt: Runtime, caller: Caller, job_id: int, *, after: int, encoding: str
+) -> AsyncIterator[bytes]:
+    """The event stream of one job, from output id `after`, until it ends."""
+    store = rt.cas.store if rt.cas is not None else None
+    cursor = after
+    last: StateEvent | None = None
+    with rt.followers.follow(job_id) as changed:
+        while True:
+            changed.clear()  # before the read: a change during it wakes the next round
+            job, chunks = await jobs.output(rt.db, caller, job_id, after=cursor, store=store)
+            state = await _state(rt, job)
+            if state != last:
+                yield _sse(state)
+                last = state
+            for c in chunks:
+                cursor = c.id
+                yield _sse(_output(c, encoding), c.id)
+            if chunks:
+                continue  # a full page may leave more: read again before waiting
+            if JobState(job.state).terminal:
+                yield _sse(EndEvent(state=job.state, exit_code=job.exit_code, error=job.error))
+                return
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), timeout=KEEPALIVE_SECONDS)
+                    break
+                yield b": keepalive\n\n"
+
+
+def _resume_point(after: int, last_event_id: str | None) -> int:
+    if last_event_id:
+        try:
+            after = max(after, int(last_event_id))
+        except ValueError:
+            raise Invalid("Last-Event-ID must be an output chunk id (an integer)") from None
+    if not 0 <= after <= MAX_ID:
+        raise Invalid(f"after must be between 0 and {MAX_ID}")
+    return after
+
+
+@get(
+    "/api/v1/jobs/{job_id:int}/events",
+    opt={"perm": Perm.JOBS_READ},
+    response_model=None,
+    media_type=MEDIA_TYPE,
+    responses={
+        200: ResponseSpec(
+            data_container=cast("Any", JobEvent), media_type=MEDIA_TYPE, description=DOC
+        )
+    },
+)
+async def events(
+    request: Request[Any, Any, Any],
+    job_id: FromPath[int],
+    after: FromQuery[int] = 0,
+    encoding: FromQuery[Literal["text", "base64"]] = "text",
+    last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID")] = None,
+) -> Stream:
+    """Follow a job: its state changes and new output, pushed until it ends."""
+    rt = runtime_of(request)
+    caller = await identify(request)
+    start = _resume_point(after, last_event_id)
+    if not 1 <= job_id <= MAX_ID:
+        raise NotFound(f"no job {job_id}")
+    await jobs.get(rt.db, caller, job_id)  # 404 for a job the caller may not see, before streaming
+    return Stream(
+        follow(rt, caller, job_id, after=start, encoding=encoding),
+        media_type=MEDIA_TYPE,
+        # nginx buffers a proxied answer unless told; an event must reach the client at once
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
