@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from service.core import bounds
+from service.core import bounds, resources
 from service.core.bounds import TenantBounds
 from service.core.errors import Invalid
-from service.core.placement import PoolSpec
+from service.core.placement import PoolSpec, Quota, Quotas
 
 
 class Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -157,11 +157,24 @@ class Pool(Section, frozen=True):
     max_load: float = 0.0
     min_memory_gb: float = 0.0
     min_disk_gb: float = 0.0
+    # What a job of this pool asks for when it says nothing (SPEC section 4, "Resources").
+    default_cpus: float = 0.0
+    default_memory: str | int = 0  # a size (512M, 2G; powers of 1024) or MiB
+    default_gpus: int = 0
     provisioner: Provisioner | None = None
+    # Who may `berth job exec` into this pool's running jobs: "operator" (operators and admins
+    # of the job's tenant), "member" (its members too) or "off" (nobody, admins included).
+    exec: Literal["operator", "member", "off"] = "operator"
     # Who may answer a job's request_approval: any member of its tenant but the job's creator
     # ("four-eyes"), or any member ("any-member"); unanswered after the timeout, it is denied.
     approvals: Literal["four-eyes", "any-member"] = "four-eyes"
     approval_timeout_seconds: float = 3600.0
+
+    def default_request(self) -> resources.Resources:
+        """The request of a job of this pool that asks for nothing (checked by `check`)."""
+        return resources.Resources(
+            self.default_cpus, resources.parse_size(self.default_memory), self.default_gpus
+        )
 
 
 class Cas(Section, frozen=True):
@@ -181,12 +194,13 @@ class Cas(Section, frozen=True):
 class Tenant(Section, frozen=True):
     """`[tenants.NAME]`: one tenant's bounds; a key it does not set takes [tenants.default]'s.
 
-    `[tenants.default]` is every tenant's (core/bounds.py has the built-in defaults). The
-    resources issue adds max_running and max_gpus here.
+    `[tenants.default]` is every tenant's (core/bounds.py has the built-in defaults).
     """
 
     max_queued: int | msgspec.UnsetType = msgspec.UNSET  # queued jobs (default 100000)
     max_stored_gb: float | msgspec.UnsetType = msgspec.UNSET  # distinct blobs kept (0: no bound)
+    max_running: int | msgspec.UnsetType = msgspec.UNSET  # jobs running at once (0: no quota)
+    max_gpus: int | msgspec.UnsetType = msgspec.UNSET  # GPUs held at once (0: no quota)
 
 
 class Config(Section, frozen=True):
@@ -218,9 +232,22 @@ class Config(Section, frozen=True):
                 max_load=p.max_load,
                 min_memory_gb=p.min_memory_gb,
                 min_disk_gb=p.min_disk_gb,
+                default=p.default_request(),
             )
             for name, p in pools.items()
         }
+
+    def quotas(self) -> Quotas:
+        """Every tenant's quotas in force (max_running, max_gpus), for the claim."""
+
+        def quota(tenant: str) -> Quota:
+            b = self.tenant_bounds(tenant)
+            return Quota(b.max_running, b.max_gpus, b.key("max_running"), b.key("max_gpus"))
+
+        return Quotas(
+            default=quota(bounds.DEFAULT),
+            tenants={t: quota(t) for t in self.tenants if t != bounds.DEFAULT},
+        )
 
 
 def home(environ: Mapping[str, str] = os.environ) -> Path:
@@ -291,6 +318,7 @@ def check(config: Config) -> None:
     _check_executor(config.executor)
     for name, pool in config.pools.items():
         _check_pool(config, name, pool)
+        _check_defaults(name, pool)
     _check_cas(config.cas)
     _check_tenants(config.tenants)
     for key in ("embedded_check_seconds", "embedded_restart_max_seconds"):
@@ -383,6 +411,16 @@ def _check_executor(e: Executor) -> None:
         )
 
 
+def _check_defaults(name: str, pool: Pool) -> None:
+    """A pool's default request: cpus and gpus >= 0, memory a size."""
+    try:
+        resources.check_cpus(pool.default_cpus, what=f"pools.{name}.default_cpus")
+        resources.check_gpus(pool.default_gpus, what=f"pools.{name}.default_gpus")
+        resources.parse_size(pool.default_memory)
+    except resources.BadSize as exc:
+        raise Invalid(f"pools.{name}.default_*: {exc}") from None
+
+
 def _check_tenants(tenants: Mapping[str, Tenant]) -> None:
     """Tenant names as tokens take them; bounds finite and >= 0 (SPEC section 3)."""
     for name, t in tenants.items():
@@ -396,6 +434,13 @@ def _check_tenants(tenants: Mapping[str, Tenant]) -> None:
                 f"tenants.{name}.max_queued must be a whole number >= 0 (at most "
                 f"{bounds.MAX_WHOLE})"
             )
+        for field in ("max_running", "max_gpus"):
+            n = getattr(t, field)
+            if n is not msgspec.UNSET and not 0 <= n <= bounds.MAX_WHOLE:
+                raise Invalid(
+                    f"tenants.{name}.{field} must be a whole number >= 0 (0: no quota; at most "
+                    f"{bounds.MAX_WHOLE})"
+                )
         if t.max_stored_gb is not msgspec.UNSET and not _finite(t.max_stored_gb, low=0):
             raise Invalid(
                 f"tenants.{name}.max_stored_gb must be a finite number >= 0 (0: no bound; at most "

@@ -16,6 +16,13 @@ output is keyed by (job, epoch, seq), the rest is idempotent.
 
 Worker -> server: hello, beat, started, output, finished, gave_back, credential_stored, bye.
 Server -> worker: welcome, refused, ack, received, lease(s), cancel, stale, credential, exit.
+
+Exec sessions (`berth job exec`, docs/api.md): the server asks with exec_start, then sends
+exec_input (stdin, end of input, resize, a signal); the worker answers exec_output and, once,
+exec_exit. Neither is a report: an exec belongs to the connection it came over and ends with
+it. Each side lets at most EXEC_WINDOW frames of one exec travel unacknowledged (exec_taken for
+input, exec_delivered for output), so a fast command or a fast typist never fills the worker's
+socket queue.
 """
 
 from typing import Annotated, Literal
@@ -50,12 +57,30 @@ class Frame(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     pass
 
 
+class Gpu(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One GPU as NVML sees it (worker/gpus.py): its index is what CUDA_VISIBLE_DEVICES names."""
+
+    index: Annotated[int, msgspec.Meta(ge=0, le=4095)]
+    name: Word = ""
+    memory_mb: Annotated[int, msgspec.Meta(ge=0, le=2**40)] = 0
+    utilization: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0  # percent busy, last sample
+
+
 class Host(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     cpus: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
     load: Amount = 0.0
     free_memory_gb: Amount = 0.0
     free_disk_gb: Amount = 0.0
-    gpus: Annotated[tuple[Word, ...], msgspec.Meta(max_length=256)] = ()
+    gpus: Annotated[tuple[Word, ...], msgspec.Meta(max_length=256)] = ()  # names
+    devices: Annotated[tuple[Gpu, ...], msgspec.Meta(max_length=256)] = ()  # NVML, when present
+
+
+class Capacity(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a worker offers jobs (berth worker --cpus --memory --gpus; default: the host's)."""
+
+    cpus: Annotated[float, msgspec.Meta(ge=0, le=1_000_000)] = 0.0
+    memory_mb: Annotated[int, msgspec.Meta(ge=0, le=2**40)] = 0
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 0
 
 
 # -- worker -> server ------------------------------------------------------------------------
@@ -70,6 +95,8 @@ class Hello(Frame, tag="hello.v2", frozen=True, forbid_unknown_fields=True):
     labels: Annotated[tuple[Label, ...], msgspec.Meta(max_length=256)] = ()
     parallel: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
     host: Host = msgspec.field(default_factory=Host)
+    # Absent (an older worker): it offers nothing, so it takes only jobs that ask for nothing.
+    capacity: Capacity = msgspec.field(default_factory=Capacity)
     python: Word = ""
     env_digest: Word = ""
     cas: Word = ""
@@ -174,6 +201,34 @@ class RelayRequest(Frame, tag="relay.v2", frozen=True, forbid_unknown_fields=Tru
     body: Annotated[bytes, msgspec.Meta(max_length=MAX_OUTPUT)] = b""
 
 
+ExecId = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+EXEC_CHUNK = 32768  # bytes of one exec_output or exec_input frame at most
+EXEC_WINDOW = 4  # frames of one exec in flight, each way, before the sender waits for an ack
+Signal = Literal["INT", "TERM", "HUP", "QUIT", "KILL"]
+
+
+class ExecOutput(Frame, tag="exec_output.v2", frozen=True, forbid_unknown_fields=True):
+    """What the exec'd command wrote, secrets masked as in the job's own output."""
+
+    exec: ExecId
+    stream: Literal["stdout", "stderr"]
+    data: Annotated[bytes, msgspec.Meta(max_length=EXEC_CHUNK)]
+
+
+class ExecExit(Frame, tag="exec_exit.v2", frozen=True, forbid_unknown_fields=True):
+    """The exec ended: its exit code (128 + N for signal N), or why it could not run."""
+
+    exec: ExecId
+    exit_code: ExitCode | None = None
+    error: Text = ""
+
+
+class ExecTaken(Frame, tag="exec_taken.v2", frozen=True, forbid_unknown_fields=True):
+    """One exec_input was applied (written to the command, or acted on): send more."""
+
+    exec: ExecId
+
+
 Report = Started | Output | Finished | GaveBack | Metrics | Saved
 
 
@@ -261,6 +316,10 @@ class Lease(Frame, tag="lease.v2", frozen=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     secrets: dict[str, str] = msgspec.field(default_factory=dict)  # variable -> value
     timeout_seconds: float = 0.0  # 0: none
+    # What it asked for (SPEC section 4, "Resources"); the worker enforces them. 0: nothing.
+    cpus: float = 0.0
+    memory_mb: int = 0
+    gpus: int = 0
 
 
 class Leases(Frame, tag="leases.v2", frozen=True):
@@ -278,6 +337,35 @@ class RelayResponse(Frame, tag="relay_response.v2", frozen=True):
     id: int
     status: int
     body: bytes = b""
+
+
+class ExecStart(Frame, tag="exec_start.v2", frozen=True):
+    """Run `command` beside the job of lease (job, epoch): its cwd, uid, environment, /tmp."""
+
+    exec: int
+    job: int
+    epoch: int
+    command: tuple[str, ...]
+    tty: bool = False
+    rows: int = 0
+    cols: int = 0
+
+
+class ExecInput(Frame, tag="exec_input.v2", frozen=True):
+    """For the exec'd command: stdin bytes, end of stdin, a new terminal size, or a signal."""
+
+    exec: int
+    data: bytes = b""
+    eof: bool = False
+    rows: int = 0  # with cols: the terminal's new size (--tty)
+    cols: int = 0
+    signal: str = ""  # INT, TERM, HUP, QUIT or KILL: to the command's process group
+
+
+class ExecDelivered(Frame, tag="exec_delivered.v2", frozen=True):
+    """One exec_output reached the client: send more."""
+
+    exec: int
 
 
 class Stale(Frame, tag="stale.v2", frozen=True):
@@ -304,6 +392,9 @@ ToServer = (
     | RelayRequest
     | CredentialStored
     | Bye
+    | ExecOutput
+    | ExecExit
+    | ExecTaken
 )
 ToWorker = (
     Welcome
@@ -317,6 +408,9 @@ ToWorker = (
     | Credential
     | RelayResponse
     | Exit
+    | ExecStart
+    | ExecInput
+    | ExecDelivered
 )
 
 encode = msgspec.json.Encoder().encode

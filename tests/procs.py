@@ -107,7 +107,14 @@ class Server:
     def token(self) -> str:
         return (self.home / "admin.token").read_text().strip()
 
-    def cli(self, *args: str, token: str | None = None, timeout: float = 60, **env: str) -> Result:
+    def cli(
+        self,
+        *args: str,
+        token: str | None = None,
+        timeout: float = 60,
+        stdin: str | None = None,
+        **env: str,
+    ) -> Result:
         extra = dict(env)
         extra["BERTH_TOKEN"] = token or self.token
         r = subprocess.run(
@@ -117,6 +124,8 @@ class Server:
             text=True,
             timeout=timeout,
             check=False,
+            input=stdin,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
         )
         return Result(r.returncode, r.stdout, r.stderr)
 

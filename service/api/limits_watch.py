@@ -21,14 +21,16 @@ FALLBACK_SECONDS = 5.0
 
 
 async def refresh(rt: Runtime) -> bool:
-    """Re-read the limits; update rt.limits and rt.pools. True when the pools changed."""
+    """Re-read the limits; update rt.limits, rt.pools and rt.quotas. True when those changed."""
     async with rt.limits_lock:  # reads in order: the last one started is the one kept
         found = await limits.in_force(rt.db, rt.config)
         if found.records == rt.limits.records:
             return False
         pools = found.pools()
-        changed = pools != rt.pools
-        rt.limits, rt.pools = found, pools
+        quotas = found.config.quotas()
+        # A raised slot count or quota may place waiting jobs now.
+        changed = pools != rt.pools or quotas != rt.quotas
+        rt.limits, rt.pools, rt.quotas = found, pools, quotas
     shown = found.shown()
     log.info(
         "limits_read",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from service.api.followers import Followers
 from service.auth.callers import Caller
 from service.config import Config
-from service.core.placement import PoolSpec
+from service.core.placement import PoolSpec, Quotas
 from service.db.embedded import Embedded
 from service.db.engine import Database
 from service.domain.artifacts.server_store import ServerStore
@@ -49,6 +49,7 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.limits = InForce.of(self.config)  # berth.toml alone until the first read
+        self.quotas = self.limits.config.quotas()
 
     @property
     def effective(self) -> Config:
@@ -59,6 +60,7 @@ class Runtime:
     app: object = None  # the Litestar app serving this runtime (set by create_app)
     # The limits as this server last read them, and `pools` made from them (api/limits_watch.py).
     limits: InForce = field(init=False)
+    quotas: Quotas = field(init=False)  # the tenants' quotas in `limits`, for the claim
     limits_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def the_hub(self) -> "Hub":

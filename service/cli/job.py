@@ -10,8 +10,10 @@ from typing import Any
 
 import msgspec
 
+from service.cli import exec as exec_cli
 from service.cli import transfer
 from service.cli.client import Client, CliError, add_server_arg, listing, print_json
+from service.core import resources
 from service.core.exits import Exit
 from service.core.states import JobState, exit_status
 
@@ -40,6 +42,15 @@ def add(sub: Any) -> None:  # noqa: ANN401
     s.add_argument("--timeout", type=float, default=0.0, metavar="SECONDS")
     s.add_argument("--max-attempts", type=int, default=3)
     s.add_argument("--priority", type=int, default=0)
+    s.add_argument(
+        "--cpus", type=float, metavar="N", help="CPUs it reserves, fractional (default: its pool's)"
+    )
+    s.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="memory it reserves and may use: 512M, 2G (powers of 1024; default: its pool's)",
+    )
+    s.add_argument("--gpus", type=int, metavar="N", help="GPUs it gets (default: its pool's)")
     s.add_argument("--python", metavar="FILE", help="Python source that travels with the job")
     s.add_argument(
         "--wait",
@@ -94,6 +105,8 @@ def add(sub: Any) -> None:  # noqa: ANN401
     )
     lg.set_defaults(func=logs)
 
+    exec_cli.add(jsub)
+
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
     out = {}
@@ -129,6 +142,7 @@ def body_of(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.repo:
         body["repo"] = args.repo
+    body |= _resources(args)
     if args.pool:
         body["pool"] = args.pool
     if args.tenant:
@@ -145,6 +159,21 @@ def body_of(args: argparse.Namespace) -> dict[str, Any]:
     else:
         body["command"] = command
     return body
+
+
+def _resources(args: argparse.Namespace) -> dict[str, Any]:
+    """--cpus, --memory, --gpus as the API takes them (those not given: the pool's default)."""
+    out: dict[str, Any] = {}
+    try:
+        if args.cpus is not None:
+            out["cpus"] = resources.check_cpus(args.cpus, what="--cpus")
+        if args.memory is not None:
+            out["memory_mb"] = resources.parse_size(args.memory)
+        if args.gpus is not None:
+            out["gpus"] = resources.check_gpus(args.gpus, what="--gpus")
+    except resources.BadSize as exc:
+        raise CliError(str(exc).replace("memory ", "--memory ", 1)) from None
+    return out
 
 
 def submit(args: argparse.Namespace) -> int:
@@ -271,6 +300,13 @@ def show(args: argparse.Namespace) -> int:
         if isinstance(value, list):
             value = " ".join(value) if value else "-"
         print(f"{key:13} {value if value not in (None, '') else '-'}")
+    if job.get("cpus") or job.get("memory_mb") or job.get("gpus"):
+        asked = [
+            f"{resources.shown_cpus(job['cpus'])} CPUs" if job.get("cpus") else "",
+            resources.shown_memory(job["memory_mb"]) if job.get("memory_mb") else "",
+            f"{job['gpus']} GPUs" if job.get("gpus") else "",
+        ]
+        print(f"{'resources':13} {', '.join(a for a in asked if a)}")
     if job.get("waiting_for"):
         print(f"{'waiting for':13} {job['waiting_for']}")
     for name, number in sorted((job.get("metrics") or {}).items()):

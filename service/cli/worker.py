@@ -20,7 +20,7 @@ from service.cli.client import (
     server_url,
 )
 from service.cli.logflags import add_log_args, log_json
-from service.core import durations
+from service.core import durations, resources
 from service.core.errors import BerthError
 from service.core.exits import Exit
 
@@ -69,6 +69,20 @@ def add(sub: Any) -> None:  # noqa: ANN401
     p.add_argument("--labels", default="", help="comma-separated: a,b,k=v")
     p.add_argument(
         "--parallel", type=int, default=0, help="most jobs at once (0: the pool's slots)"
+    )
+    p.add_argument(
+        "--cpus",
+        type=float,
+        metavar="N",
+        help="CPUs it offers jobs, fractional (default: the cores it may run on)",
+    )
+    p.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="memory it offers jobs: 16G, 512M (powers of 1024; default: the host's)",
+    )
+    p.add_argument(
+        "--gpus", type=int, metavar="N", help="GPUs it offers jobs (default: those NVML finds)"
     )
     p.add_argument(
         "--python",
@@ -186,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
         except KeyError:
             raise CliError(f"--run-as {args.run_as}: no such user") from None
     labels = tuple(_labels(args.labels))
+    cpus, memory_mb, gpus = _capacity(args)
     stdlog.configure(args.log_level, json_lines=log_json(args))
     worker_home.mkdir(mode=0o700, parents=True, exist_ok=True)
     worker_home.chmod(0o700)  # its credential and state: the worker's alone
@@ -206,6 +221,9 @@ def run(args: argparse.Namespace) -> int:
         allow_local_repos=args.allow_local_repos,
         cas=_own_cas(),
         origin=origin,
+        cpus=cpus,
+        memory_mb=memory_mb,
+        gpus=gpus,
     )
     # Jobs may run as this user: they must not read this process's environment (its token).
     hardening.undumpable()
@@ -267,6 +285,17 @@ def _uid_range(text: str) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
+def _capacity(args: argparse.Namespace) -> tuple[float | None, int | None, int | None]:
+    """--cpus, --memory, --gpus checked (None: the host's)."""
+    try:
+        cpus = None if args.cpus is None else resources.check_cpus(args.cpus, what="--cpus")
+        memory = None if args.memory is None else resources.parse_size(args.memory)
+        gpus = None if args.gpus is None else resources.check_gpus(args.gpus, what="--gpus")
+    except resources.BadSize as exc:
+        raise CliError(str(exc).replace("memory ", "--memory ", 1)) from None
+    return cpus, memory, gpus
+
+
 def _gb(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}G"
 
@@ -287,12 +316,44 @@ def list_workers(args: argparse.Namespace) -> int:
                 _gb(w["free_memory_gb"]),
                 _gb(w["free_disk_gb"]),
                 slots,
+                _offers(w),
+                _gpus(w),
                 ",".join(w["labels"]) or "-",
                 w["no_lease"],
             ]
         )
-    header = ["NAME", "POOL", "STATE", "SEEN", "LOAD", "MEM", "DISK", "SLOTS", "LABELS", "NO LEASE"]
+    header = [
+        "NAME",
+        "POOL",
+        "STATE",
+        "SEEN",
+        "LOAD",
+        "MEM",
+        "DISK",
+        "SLOTS",
+        "FREE/OFFERS",
+        "GPUS",
+        "LABELS",
+        "NO LEASE",
+    ]
     return listing(args, workers, rows, header)
+
+
+def _offers(w: dict[str, Any]) -> str:
+    """What is left of what it offers: "1/3 cpu 2G/8G 1/2 gpu"."""
+    cap, used = w.get("capacity") or {}, w.get("reserved") or {}
+    if not any(cap.values()):
+        return "-"
+    cpus = f"{resources.shown_cpus(cap['cpus'] - used.get('cpus', 0))}/{cap['cpus']:g} cpu"
+    mem = resources.shown_memory(cap["memory_mb"] - used.get("memory_mb", 0)).replace(" ", "")
+    gpus = f" {cap['gpus'] - used.get('gpus', 0)}/{cap['gpus']} gpu" if cap["gpus"] else ""
+    return f"{cpus} {mem}/{resources.shown_memory(cap['memory_mb']).replace(' ', '')}{gpus}"
+
+
+def _gpus(w: dict[str, Any]) -> str:
+    """Its GPUs as NVML reported them: "0:A100 12%,1:A100 0%"."""
+    devices = w.get("devices") or []
+    return ",".join(f"{d['index']}:{d['name']} {d['utilization']}%" for d in devices) or "-"
 
 
 def _labels(given: str) -> list[str]:

@@ -16,8 +16,13 @@ from typing import Protocol
 import msgspec
 
 DEFAULT = "default"  # [tenants.default]: every tenant's bounds unless its own table says
-FIELDS: Mapping[str, int | float] = {"max_queued": 100000, "max_stored_gb": 0.0}
-# The resources issue adds max_running and max_gpus (core/limits.py refuses them until then).
+FIELDS: Mapping[str, int | float] = {
+    "max_queued": 100000,
+    "max_stored_gb": 0.0,
+    "max_running": 0,  # jobs running at once (0: no quota); enforced in the claim
+    "max_gpus": 0,  # GPUs its running jobs hold at once (0: no quota)
+}
+WHOLE_FIELDS = ("max_queued", "max_running", "max_gpus")
 RELAY_MAX_SAVE_GB = 10.0  # [executor] relay_max_save_gb's default (also the welcome's)
 GB = 1_000_000_000  # bounds count decimal gigabytes, like disk sizes (and [cas] local_max_gb)
 MAX_WHOLE = 2**31 - 1
@@ -30,6 +35,10 @@ class TenantShape(Protocol):
     def max_queued(self) -> int | msgspec.UnsetType: ...
     @property
     def max_stored_gb(self) -> float | msgspec.UnsetType: ...
+    @property
+    def max_running(self) -> int | msgspec.UnsetType: ...
+    @property
+    def max_gpus(self) -> int | msgspec.UnsetType: ...
 
 
 class TenantsShape(Protocol):
@@ -44,7 +53,9 @@ class TenantBounds:
     tenant: str
     max_queued: int
     max_stored_gb: float
-    keys: Mapping[str, str]  # field -> "tenants.T.field" or "tenants.default.field"
+    keys: Mapping[str, str]
+    max_running: int = 0  # 0: no quota
+    max_gpus: int = 0  # field -> "tenants.T.field" or "tenants.default.field"
 
     @property
     def max_stored_bytes(self) -> int:
@@ -72,7 +83,14 @@ def of(config: TenantsShape, tenant: str) -> TenantBounds:
         max_queued=int(values["max_queued"]),
         max_stored_gb=float(values["max_stored_gb"]),
         keys=keys,
+        max_running=int(values["max_running"]),
+        max_gpus=int(values["max_gpus"]),
     )
+
+
+def value(found: TenantBounds, field: str) -> int | float:
+    """One bound of `found` by its field name."""
+    return float(found.max_stored_gb) if field == "max_stored_gb" else int(getattr(found, field))
 
 
 def stores_bounded(config: TenantsShape) -> bool:

@@ -48,8 +48,9 @@ KEYS = (
     "pools.P.provisioner.idle_seconds",
     "tenants.T.max_queued",
     "tenants.T.max_stored_gb",
+    "tenants.T.max_running",
+    "tenants.T.max_gpus",
 )
-TENANT_QUOTAS = ("max_running", "max_gpus")
 TENANT_FIELDS = tuple(bounds.FIELDS)
 
 Value = int | float
@@ -108,11 +109,6 @@ def target(config: ConfigShape, key: str) -> Target:
     """What `key` overrides in `config`; Invalid naming the key when it is none of KEYS."""
     if len(key) > MAX_KEY:
         raise Invalid(f"limit key too long ({len(key)} characters; at most {MAX_KEY})")
-    if key.startswith("tenants.") and key.rpartition(".")[2] in TENANT_QUOTAS:
-        raise Invalid(
-            f"{key}: tenant quotas come with per-job resources (cpus, memory, gpus per job), "
-            "which berth does not offer yet"
-        )
     if key.startswith("tenants."):
         return _tenant_target(key)
     if not key.startswith("pools."):
@@ -177,7 +173,7 @@ def parse(config: ConfigShape, key: str, raw: object) -> Value:
 
 def _parsed(config: ConfigShape, key: str, raw: object) -> tuple[Target, Value]:
     t = target(config, key)
-    if t.field in ("slots", "provisioner.max", "max_queued"):
+    if t.field in ("slots", "provisioner.max", *bounds.WHOLE_FIELDS):
         return t, _whole(key, raw)
     return t, _number(key, raw, positive=t.field == "provisioner.idle_seconds")
 
@@ -221,8 +217,7 @@ def default(config: ConfigShape, key: str) -> Value | None:
     except Invalid:
         return None
     if t.tenant:
-        found = bounds.of(config, t.tenant)
-        return found.max_queued if t.field == "max_queued" else found.max_stored_gb
+        return bounds.value(bounds.of(config, t.tenant), t.field)
     pool = _pool(config, t.pool)
     values: dict[str, Value | None] = {
         "slots": pool.slots.get(t.kind),

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.core.resources import NOTHING, Resources, shown_cpus, shown_memory
 from service.core.states import DevicePolicy, Liveness, WorkerState
 
 
@@ -20,6 +21,8 @@ class PoolSpec:
     max_load: float = 0.0  # 0: no threshold
     min_memory_gb: float = 0.0
     min_disk_gb: float = 0.0
+    # What a job of this pool asks for when it says nothing (SPEC section 4, "Resources").
+    default: Resources = NOTHING
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,12 @@ class WorkerView:
     host: HostSample | None
     used: dict[str, int] = field(default_factory=dict)  # live leases per kind
     tenants: frozenset[str] = frozenset()  # a tenant's own machine serves only these; {}: all
+    capacity: Resources = NOTHING  # what it declared (berth worker --cpus --memory --gpus)
+    reserved: Resources = NOTHING  # what its live leases asked for
+
+    @property
+    def left(self) -> Resources:
+        return self.capacity - self.reserved
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,7 @@ class JobWant:
     labels: frozenset[str]
     device_policy: DevicePolicy
     priority: int = 0
+    request: Resources = NOTHING
 
     @classmethod
     def of(cls, job: Any) -> "JobWant":  # noqa: ANN401  (a job row or record: same names)
@@ -66,6 +76,12 @@ class JobWant:
             labels=frozenset(job.labels),
             device_policy=DevicePolicy(job.device_policy),
             priority=job.priority,
+            # (most jobs ask for nothing: no object each on the claim's path)
+            request=(
+                Resources(job.cpus, job.memory_mb, job.gpus)
+                if job.cpus or job.memory_mb or job.gpus
+                else NOTHING
+            ),
         )
 
 
@@ -137,11 +153,13 @@ def assign(
     """
     free: dict[str, dict[str, int]] = {}
     room: dict[str, int] = {}  # what --parallel still allows, over all kinds
+    left: dict[str, Resources] = {}  # capacity less what its leases (and this pass) reserve
     for w in workers:
         pool = pools.get(w.pool)
         if pool is not None and blocked_by(w, pool) is None:
             free[w.id] = free_slots(w, pool)
             room[w.id] = w.parallel - sum(w.used.values()) if w.parallel > 0 else 1 << 30
+            left[w.id] = w.left
     everyone = list(attached) or list(workers)
     out: list[tuple[JobWant, WorkerView]] = []
     for job in jobs:
@@ -157,17 +175,31 @@ def assign(
                 continue
             n = min(slots.get(job.kind, 0), room[w.id])
             if n > best_free and (not strict or carries(w, job.labels)):
+                # A job that asks for nothing skips the resource check: placement as before.
+                if job.request and left[w.id].short_of(job.request) is not None:
+                    continue
                 best, best_free = w, n
         if best is None:
             continue
         free[best.id][job.kind] -= 1
         room[best.id] -= 1
+        if job.request:
+            left[best.id] = left[best.id] - job.request
         out.append((job, best))
     return out
 
 
-def waiting_for(job: JobWant, workers: Sequence[WorkerView], pools: Mapping[str, PoolSpec]) -> str:
-    """One sentence saying what a queued job waits for, e.g. "no attached worker has label x"."""
+def waiting_for(
+    job: JobWant,
+    workers: Sequence[WorkerView],
+    pools: Mapping[str, PoolSpec],
+    *,
+    quota: str = "",
+) -> str:
+    """One sentence saying what a queued job waits for, e.g. "no attached worker has label x".
+
+    `quota`: why its tenant's quota holds it back now (`over_quota`), or "".
+    """
     attached = [w for w in workers if w.attached and w.liveness is not Liveness.GONE]
     where = f"pool {job.pool}" if job.pool else "any pool"
     if job.pool is not None and job.pool not in pools:
@@ -196,10 +228,85 @@ def waiting_for(job: JobWant, workers: Sequence[WorkerView], pools: Mapping[str,
     open_ = [w for w in in_pool if reasons[w.id] is None]
     if not open_:
         return _all_blocked(where, [r for r in reasons.values() if r], pools, job.pool)
+    if quota:
+        return quota
+    if job.request:
+        able = [w for w in open_ if w.capacity.short_of(job.request) is None]
+        if not able:
+            short = open_[0].capacity.short_of(job.request) or "cpus"
+            return f"no worker of {where} has {_amount(job.request, short)}"
+        open_ = able
     total = sum(pools[w.pool].slots.get(job.kind, 0) for w in open_)
     if all(free_slots(w, pools[w.pool]).get(job.kind, 0) == 0 for w in open_):
         return f"all {total} {job.kind} slots of {where} are busy"
-    return "its turn: free slots go to tenants with fewer running jobs, then priority, then age"
+    return _reserved(job, where, open_, pools) or (
+        "its turn: free slots go to tenants with fewer running jobs, then priority, then age"
+    )
+
+
+def _reserved(
+    job: JobWant, where: str, open_: Sequence[WorkerView], pools: Mapping[str, PoolSpec]
+) -> str:
+    """Why a job waits while slots are free: none of them has what it asks left; else ""."""
+    if not job.request:
+        return ""
+    with_slot = [w for w in open_ if free_slots(w, pools[w.pool]).get(job.kind, 0) > 0]
+    if not with_slot or any(w.left.short_of(job.request) is None for w in with_slot):
+        return ""
+    short = with_slot[0].left.short_of(job.request) or "cpus"
+    return f"no worker of {where} has {_amount(job.request, short, free=True)}"
+
+
+def _amount(request: Resources, resource: str, *, free: bool = False) -> str:
+    """What `request` needs of `resource`: "2 free GPUs", "4 CPUs", "2 GiB of free memory"."""
+    word = "free " if free else ""
+    if resource == "gpus":
+        return f"{request.gpus} {word}GPU{'s' if request.gpus != 1 else ''}"
+    if resource == "memory":
+        return f"{shown_memory(request.memory_mb)} of {word}memory"
+    return f"{shown_cpus(request.cpus)} {word}CPU{'s' if request.cpus != 1 else ''}"
+
+
+def over_quota(request: Resources, tenant: str, *, running: int, gpus: int, quota: "Quota") -> str:
+    """Why `tenant`'s quota holds a job asking `request` back now, or "" when it does not."""
+    if quota.max_running and running >= quota.max_running:
+        return (
+            f"tenant {tenant} runs {running} jobs, its quota {quota.running_key} = "
+            f"{quota.max_running}"
+        )
+    if quota.max_gpus and request.gpus and gpus + request.gpus > quota.max_gpus:
+        return (
+            f"tenant {tenant} holds {gpus} GPUs and {request.gpus} more would pass its quota "
+            f"{quota.gpus_key} = {quota.max_gpus}"
+        )
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One tenant's quotas in force (0: none), with the keys that set them (for people)."""
+
+    max_running: int = 0
+    max_gpus: int = 0
+    running_key: str = ""
+    gpus_key: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.max_running or self.max_gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    """Every tenant's quotas: [tenants.default]'s, and those of tenants with their own."""
+
+    default: Quota = field(default_factory=Quota)
+    tenants: Mapping[str, Quota] = field(default_factory=dict)
+
+    def of(self, tenant: str) -> Quota:
+        return self.tenants.get(tenant, self.default)
+
+    def __bool__(self) -> bool:
+        return bool(self.default) or any(self.tenants.values())
 
 
 def no_slots_of_kind(kind: str, scope: Sequence[PoolSpec], *, pool: str | None) -> str:
@@ -242,8 +349,21 @@ def _all_blocked(
     return f"every worker of {where} is unavailable ({seen})"
 
 
-def no_lease_reason(worker: WorkerView, pool: PoolSpec | None, has_waiting_job: bool) -> str:
-    """Why a worker holds no new lease: a state or threshold, `slots`, or `nothing` to run."""
+def no_lease_reason(
+    worker: WorkerView,
+    pool: PoolSpec | None,
+    has_waiting_job: bool,
+    *,
+    waiting: Sequence[JobWant] = (),
+    held_back: frozenset[str] = frozenset(),
+) -> str:
+    """Why a worker holds no new lease: a state or threshold, `slots`, or `nothing` to run.
+
+    With the jobs that could run on it (`waiting`, its kinds and labels) and the tenants whose
+    quota holds them back now (`held_back`): `quota` when every such job's tenant is at its
+    quota, `cpus_reserved` / `memory_reserved` / `gpus_reserved` when none fits what its leases
+    leave of its capacity.
+    """
     if pool is None:
         return "pool"
     reason = blocked_by(worker, pool)
@@ -251,4 +371,13 @@ def no_lease_reason(worker: WorkerView, pool: PoolSpec | None, has_waiting_job: 
         return reason
     if not any(free_slots(worker, pool).values()):
         return "slots"
-    return "nothing" if not has_waiting_job else "-"
+    if not has_waiting_job:
+        return "nothing"
+    if waiting:
+        free = [j for j in waiting if j.tenant not in held_back]
+        if not free:
+            return "quota"
+        shorts = [worker.left.short_of(j.request) if j.request else None for j in free]
+        if all(s is not None for s in shorts):
+            return f"{shorts[0]}_reserved"
+    return "-"

@@ -61,6 +61,9 @@ class JobRecord(Record):
     max_attempts: int
     attempt: int
     priority: int
+    cpus: float  # what it asked for (SPEC section 4, "Resources"); 0: nothing
+    memory_mb: int
+    gpus: int
     worker: str | None
     exit_code: int | None
     error: str
@@ -84,6 +87,7 @@ class WorkerRecord(Record):
     tenants: list[str]  # [] serves every tenant
     parallel: int
     host: dict[str, Any]
+    capacity: dict[str, Any]  # what it declared: cpus, memory_mb, gpus ({}: nothing)
     python: str
     env_digest: str
     version: str

@@ -95,6 +95,8 @@ workers = Table(
     Column("tenants", ARRAY(String(128)), nullable=False, server_default="{}"),
     Column("parallel", Integer, nullable=False, server_default="0"),
     Column("host", JSONB, nullable=False, server_default="{}"),
+    # What it declared at hello: {"cpus": float, "memory_mb": int, "gpus": int}; {}: nothing.
+    Column("capacity", JSONB, nullable=False, server_default="{}"),
     Column("python", String(64), nullable=False, server_default=""),
     Column("env_digest", String(128), nullable=False, server_default=""),
     Column("version", String(32), nullable=False, server_default=""),
@@ -133,6 +135,10 @@ jobs = Table(
     Column("max_attempts", Integer, nullable=False, server_default="3"),
     Column("attempt", Integer, nullable=False, server_default="0"),  # = epoch of the last lease
     Column("priority", Integer, nullable=False, server_default="0"),
+    # What it asked for (SPEC section 4, "Resources"); 0 reserves nothing.
+    Column("cpus", Float, nullable=False, server_default="0"),
+    Column("memory_mb", BigInteger, nullable=False, server_default="0"),
+    Column("gpus", Integer, nullable=False, server_default="0"),
     Column("worker", String(128)),
     Column("exit_code", Integer),
     Column("error", Text, nullable=False, server_default=""),
@@ -168,6 +174,10 @@ leases = Table(
         nullable=False,
     ),
     Column("kind", String(64), nullable=False),
+    # The job's request, copied at grant: a worker's reserved resources sum its live leases.
+    Column("cpus", Float, nullable=False, server_default="0"),
+    Column("memory_mb", BigInteger, nullable=False, server_default="0"),
+    Column("gpus", Integer, nullable=False, server_default="0"),
     Column("state", String(16), nullable=False, server_default="live"),
     Column("granted_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("ended_at", DateTime(timezone=True)),

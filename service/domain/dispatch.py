@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core import placement
-from service.core.placement import PoolSpec
+from service.core.placement import PoolSpec, Quotas
 from service.core.states import DevicePolicy, Liveness
 from service.db.engine import Database
 from service.db.queries import leases as leases_q
@@ -31,8 +31,13 @@ class Pass:
     contended: bool = False  # another server held some of our picks: pass again soon
 
 
-async def run_pass(db: Database, worker_ids: Sequence[str], pools: Mapping[str, PoolSpec]) -> Pass:
-    """Lease queued jobs to free slots of `worker_ids`."""
+async def run_pass(
+    db: Database,
+    worker_ids: Sequence[str],
+    pools: Mapping[str, PoolSpec],
+    quotas: Quotas | None = None,
+) -> Pass:
+    """Lease queued jobs to free slots of `worker_ids`, within each tenant's `quotas`."""
     if not worker_ids:
         return Pass()
     async with db.begin() as conn:
@@ -40,7 +45,7 @@ async def run_pass(db: Database, worker_ids: Sequence[str], pools: Mapping[str, 
         found = await workers_q.placeable_if_queued(conn, worker_ids)
         if not found:
             return Pass()
-        views = [view_of(w, used, attached=True) for w, used in found]
+        views = [view_of(w, used, attached=True, reserved=r) for w, used, r in found]
         free_kinds: set[str] = set()
         total = 0
         open_pools: set[str] = set()
@@ -67,6 +72,7 @@ async def run_pass(db: Database, worker_ids: Sequence[str], pools: Mapping[str, 
             per_tenant=int(total * OVERFETCH) + EXTRA,
             limit=int(total * OVERFETCH) + EXTRA,
             tenants=None if served is None else sorted(served),
+            quotas=quotas,
         )
         if not wants:
             return Pass()
@@ -84,12 +90,42 @@ async def run_pass(db: Database, worker_ids: Sequence[str], pools: Mapping[str, 
         chosen = placement.assign(
             [w for w in wants if w.id in locked], views, pools, attached=attached
         )
+        if quotas:
+            chosen = await _within_quotas(conn, chosen, quotas)
         granted = await leases_q.grant(conn, [(j.id, w.id, w.name) for j, w in chosen])
     by_job = {j.id: w.id for j, w in chosen}
     return Pass(
         grants=[(by_job[job.id], job) for job in granted],
         contended=len(chosen) < len(tentative),
     )
+
+
+async def _within_quotas(
+    conn: AsyncConnection,
+    chosen: list[tuple[placement.JobWant, placement.WorkerView]],
+    quotas: Quotas,
+) -> list[tuple[placement.JobWant, placement.WorkerView]]:
+    """The assignments that keep each tenant within its quota, counted under its lock.
+
+    Only tenants with a quota are locked and counted: the claim of the others costs nothing
+    more. What is left out stays queued for a later pass.
+    """
+    capped = sorted({j.tenant for j, _ in chosen if quotas.of(j.tenant)})
+    if not capped:
+        return chosen
+    usage = await leases_q.hold_quotas(conn, capped)
+    kept = []
+    for job, worker in chosen:
+        quota = quotas.of(job.tenant)
+        if quota:
+            running, gpus = usage[job.tenant]
+            if placement.over_quota(
+                job.request, job.tenant, running=running, gpus=gpus, quota=quota
+            ):
+                continue
+            usage[job.tenant] = (running + 1, gpus + job.request.gpus)
+        kept.append((job, worker))
+    return kept
 
 
 async def _attached_everywhere(conn: AsyncConnection) -> list[placement.WorkerView]:

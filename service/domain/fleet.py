@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.auth.callers import Caller
-from service.core import placement
+from service.core import placement, resources
 from service.core.errors import Conflict, Forbidden, Invalid, NotFound
 from service.core.placement import HostSample, PoolSpec, WorkerView
+from service.core.resources import NOTHING, Resources
 from service.core.states import Liveness, WorkerState, shown_worker_state
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
@@ -39,7 +40,11 @@ def host_of(raw: Mapping[str, Any]) -> HostSample | None:
 
 
 def view_of(
-    w: WorkerRecord, used: Mapping[str, int], *, attached: bool | None = None
+    w: WorkerRecord,
+    used: Mapping[str, int],
+    *,
+    attached: bool | None = None,
+    reserved: Resources = NOTHING,
 ) -> WorkerView:
     return WorkerView(
         id=w.id,
@@ -53,13 +58,18 @@ def view_of(
         host=host_of(w.host),
         used=dict(used),
         tenants=frozenset(w.tenants),
+        capacity=resources.of(w.capacity),
+        reserved=reserved,
     )
 
 
 def worker_views(
-    workers: Sequence[WorkerRecord], used: Mapping[str, Mapping[str, int]]
+    workers: Sequence[WorkerRecord],
+    used: Mapping[str, Mapping[str, int]],
+    reserved: Mapping[str, Resources] | None = None,
 ) -> list[WorkerView]:
-    return [view_of(w, used.get(w.id, {})) for w in workers]
+    reserved = reserved or {}
+    return [view_of(w, used.get(w.id, {}), reserved=reserved.get(w.id, NOTHING)) for w in workers]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +79,7 @@ class WorkerRow:
     no_lease: str
     used: dict[str, int]
     slots: dict[str, int]
+    reserved: Resources  # what its live leases asked for
     tenants: list[str]  # those of its tenants the caller may see named ([]: it serves every one)
 
 
@@ -100,7 +111,10 @@ class Starting:
 
 
 async def list_workers(
-    db: Database, pools: Mapping[str, PoolSpec], caller: Caller
+    db: Database,
+    pools: Mapping[str, PoolSpec],
+    caller: Caller,
+    quotas: placement.Quotas | None = None,
 ) -> tuple[list[WorkerRow], list[Starting]]:
     """Workers with why each gets no lease, and provisioned ones still starting.
 
@@ -111,25 +125,34 @@ async def list_workers(
     async with db.begin() as conn:
         records = await workers_q.list_all(conn)
         used = await leases_q.live_counts(conn, [w.id for w in records])
+        reserved = await leases_q.reserved(conn, [w.id for w in records])
         waiting = await jobs_q.queued(conn, limit=500)
+        usage = await leases_q.usage_of_tenants(conn, sorted({j.tenant for j in waiting}))
         ended = await prov_q.ended_names(conn)
         starting = await prov_q.starting_without_worker(conn)
         dead = await tokens_q.dead_credentials(conn, [w.name for w in records])
+    held_back = frozenset(
+        t
+        for t, (running, gpus) in usage.items()
+        if quotas is not None
+        and placement.over_quota(NOTHING, t, running=running, gpus=gpus, quota=quotas.of(t))
+    )
     rows = []
     for w in records:
         tenants = shown_tenants(named, w.tenants)
         if w.name in ended or tenants is None:
             continue
-        view = view_of(w, used.get(w.id, {}))
+        view = view_of(w, used.get(w.id, {}), reserved=reserved.get(w.id, NOTHING))
         pool = pools.get(w.pool)
-        has_job = any(
-            (j.pool in (None, w.pool))
+        fits = [
+            placement.JobWant.of(j)
+            for j in waiting
+            if (j.pool in (None, w.pool))
             and pool is not None
             and j.kind in pool.slots
             and placement.carries(view, frozenset(j.labels))
             and placement.serves(view, j.tenant)
-            for j in waiting
-        )
+        ]
         rows.append(
             WorkerRow(
                 record=w,
@@ -139,9 +162,12 @@ async def list_workers(
                     attached=view.attached,
                     credential=dead.get(w.name, ""),
                 ),
-                no_lease=placement.no_lease_reason(view, pool, has_job),
+                no_lease=placement.no_lease_reason(
+                    view, pool, bool(fits), waiting=fits, held_back=held_back
+                ),
                 used=dict(used.get(w.id, {})),
                 slots=dict(pool.slots) if pool else {},
+                reserved=view.reserved,
                 tenants=tenants,
             )
         )

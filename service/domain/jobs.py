@@ -11,9 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from service.auth.callers import Caller
 from service.cas.base import Store, one_chunk
 from service.config import Config
-from service.core import placement
+from service.core import placement, resources
 from service.core.errors import Invalid, NotFound, OverBound
 from service.core.placement import PoolSpec
+from service.core.resources import Resources
 from service.core.states import DevicePolicy, JobState
 from service.db.engine import Database
 from service.db.queries import artifacts as artifacts_q
@@ -48,6 +49,10 @@ class JobSpec:
     secrets: Mapping[str, str] = field(default_factory=dict)  # variable -> secret name
     inputs: Sequence[Mapping[str, str]] = ()  # {name, sha256, kind}: blobs the tenant holds
     repo: str = ""  # URL[@REV]
+    # Resources (SPEC section 4): None takes the pool's default (0 without a pool).
+    cpus: float | None = None
+    memory_mb: int | None = None
+    gpus: int | None = None
 
 
 def validate(spec: JobSpec, caller: Caller, pools: Mapping[str, PoolSpec]) -> dict[str, Any]:
@@ -76,6 +81,7 @@ def validate(spec: JobSpec, caller: Caller, pools: Mapping[str, PoolSpec]) -> di
         if not label or len(label) > 256 or "," in label:
             raise Invalid(f"label {label!r} must be 1-256 characters without commas")
     inputs = _inputs(spec)
+    request = _request(spec, pools)
     tenant = tenant_to_write(caller, spec.tenant, doing="submit")
     return {
         "tenant": tenant,
@@ -93,8 +99,23 @@ def validate(spec: JobSpec, caller: Caller, pools: Mapping[str, PoolSpec]) -> di
         "timeout_seconds": spec.timeout_seconds,
         "max_attempts": spec.max_attempts,
         "priority": spec.priority,
+        **request.as_dict(),
         "created_by": str(caller),
     }
+
+
+def _request(spec: JobSpec, pools: Mapping[str, PoolSpec]) -> Resources:
+    """What the job asks for: its own values, the rest from its pool's defaults (none: 0)."""
+    default = pools[spec.pool].default if spec.pool is not None else Resources()
+    try:
+        cpus = resources.check_cpus(default.cpus if spec.cpus is None else spec.cpus)
+        gpus = resources.check_gpus(default.gpus if spec.gpus is None else spec.gpus)
+        memory = resources.parse_size(
+            default.memory_mb if spec.memory_mb is None else spec.memory_mb
+        )
+    except resources.BadSize as exc:
+        raise Invalid(str(exc)) from None
+    return Resources(cpus, memory, gpus)
 
 
 INPUT_NAME = re.compile(r"\A[^/\x00]{1,255}\Z")
@@ -253,11 +274,18 @@ async def waiting_for(
     """
     if job.state != JobState.QUEUED:
         return await approvals.waiting(db, job)
+    want = placement.JobWant.of(job)
+    quota = cfg.quotas().of(job.tenant) if cfg is not None else placement.Quota()
     async with db.begin() as conn:
         workers = await workers_q.list_all(conn)
         used = await leases_q.live_counts(conn, [w.id for w in workers])
-    views = worker_views(workers, used)
-    reason = placement.waiting_for(placement.JobWant.of(job), views, pools)
+        reserved = await leases_q.reserved(conn, [w.id for w in workers])
+        running, gpus = (
+            (await leases_q.usage_of_tenants(conn, [job.tenant]))[job.tenant] if quota else (0, 0)
+        )
+    views = worker_views(workers, used, reserved)
+    held = placement.over_quota(want.request, job.tenant, running=running, gpus=gpus, quota=quota)
+    reason = placement.waiting_for(want, views, pools, quota=held)
     note = (
         await provisioning.note(
             db,

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -91,6 +92,7 @@ async def attach(
             tenants=sorted(caller.tenants),
             parallel=hello.parallel,
             host=_host(hello.host),
+            capacity=msgspec.structs.asdict(hello.capacity),
             python=hello.python,
             env_digest=hello.env_digest,
             version=hello.berth_version,
@@ -163,6 +165,7 @@ def _host(host: protocol.Host) -> dict[str, Any]:
         "free_memory_gb": host.free_memory_gb,
         "free_disk_gb": host.free_disk_gb,
         "gpus": list(host.gpus),
+        "devices": [msgspec.structs.asdict(d) for d in host.devices],
     }
 
 

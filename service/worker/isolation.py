@@ -64,6 +64,13 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
+def libc_setns() -> ctypes.CDLL:
+    """The C library with setns declared: how an exec joins a running job's namespaces."""
+    libc = _libc()
+    libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+    return libc
+
+
 @dataclass(frozen=True)
 class Namespaces:
     """What each job's namespaces replace, as found on this host when the worker started."""

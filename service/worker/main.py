@@ -32,7 +32,10 @@ from service.cas.factory import open_store
 from service.config import Cas
 from service.core.bounds import RELAY_MAX_SAVE_GB, gb_bytes
 from service.core.exits import Exit
-from service.worker import accounts, artifacts, credential, host, isolation, workdirs
+from service.core.resources import shown_memory
+from service.worker import accounts, artifacts, confine, credential, gpus, host, isolation, workdirs
+from service.worker.execs import Execs
+from service.worker.gpus import Gpus, NoFreeGpu
 from service.worker.isolation import Namespaces
 from service.worker.jobusers import DEFAULT_RANGE, NoFreeUid, Users
 from service.worker.outbox import DEFAULT_LIMIT, Outbox
@@ -78,6 +81,10 @@ class Options:
     # sha256 of the credential this worker was first given, kept with each one the server
     # sends, so that giving it again after a restart is known as the same worker's.
     origin: str = ""
+    # What it offers jobs (--cpus --memory --gpus); None: the host's (worker/host.capacity).
+    cpus: float | None = None
+    memory_mb: int | None = None
+    gpus: int | None = None
 
 
 @dataclass
@@ -92,7 +99,13 @@ class Worker:
     exit_code: int | None = None
     exit_reason: str = ""
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    _gpus: tuple[str, ...] = ()
+    _devices: tuple[protocol.Gpu, ...] = ()  # the GPUs NVML saw last (worker/gpus.py)
+    capacity: protocol.Capacity = field(default_factory=protocol.Capacity)
+    gpu_slots: Gpus = field(default_factory=lambda: Gpus(()))
+    # Each job's CPU and memory limits: cgroups, or rlimits and affinity (worker/confine.py).
+    confinement: confine.Cgroups | confine.Rlimits = field(
+        default_factory=lambda: confine.Rlimits(())
+    )
     _dials: int = 0  # connection attempts: picks the next of several --server URLs
     _digest: str = ""
     _work_root: Path | None = None
@@ -101,6 +114,7 @@ class Worker:
     _reached: float = field(default_factory=time.monotonic)  # last time a session was up
     store: Store | None = None  # the installation's artifact store, as this worker reaches it
     calls: Calls = field(default_factory=Calls)  # jobs' calls relayed to the server
+    execs: Execs = field(default_factory=Execs)  # `berth job exec` sessions (worker/execs.py)
     _own_store: Store | None = None
     _opened_from: tuple[protocol.CasAccess, str] | None = None  # `store`'s access and bearer
     _own_id: str = ""
@@ -113,7 +127,22 @@ class Worker:
     # -- the outer loop ----------------------------------------------------------------------
     async def _get_ready(self) -> None:
         """What a worker needs before it dials: its host, its work root, its own store."""
-        self._gpus = await asyncio.to_thread(host.gpus)
+        self._devices = await asyncio.to_thread(gpus.discover)
+        self.capacity = host.capacity(
+            cpus=self.opts.cpus,
+            memory_mb=self.opts.memory_mb,
+            gpus=self.opts.gpus,
+            devices=self._devices,
+        )
+        # Declared GPUs beyond those NVML sees (or without a driver) are numbered after them.
+        indices = [d.index for d in self._devices][: self.capacity.gpus]
+        indices += [i for i in range(self.capacity.gpus * 2) if i not in indices]
+        self.gpu_slots = Gpus(indices[: self.capacity.gpus])
+        found_cgroups = await asyncio.to_thread(confine.detect, self.instance)
+        if isinstance(found_cgroups, confine.Cgroups):
+            self.confinement = found_cgroups
+        else:
+            self.confinement = confine.Rlimits(tuple(sorted(os.sched_getaffinity(0))))
         self._digest = await asyncio.to_thread(host.env_digest)
         self._work_root = await asyncio.to_thread(
             workdirs.prepare, self.opts.home, self.opts.work_dir
@@ -144,6 +173,16 @@ class Worker:
             "isolation between jobs of one uid: %s",
             isolation.describe(found, cleanup=self.users.cleanup),
         )
+        log.info(
+            "offers jobs %g CPUs, %s of memory, %d GPUs (%s); limits each job by %s",
+            self.capacity.cpus,
+            shown_memory(self.capacity.memory_mb),
+            self.capacity.gpus,
+            ", ".join(f"{d.index}: {d.name}" for d in self._devices) or "none found by NVML",
+            confine.describe(
+                self.confinement, found_cgroups if isinstance(found_cgroups, str) else ""
+            ),
+        )
         if killed:
             log.warning("killed the processes of %d job uid(s) left by a dead worker", killed)
         if removed:
@@ -160,6 +199,13 @@ class Worker:
             log.info("added %d job user(s) (berth-job-N) to /etc/passwd and /etc/group", added)
 
     async def run(self) -> int:
+        try:
+            return await self._run_until_done()
+        finally:
+            if isinstance(self.confinement, confine.Cgroups):
+                self.confinement.close()  # its jobs' cgroups' parents
+
+    async def _run_until_done(self) -> int:
         try:
             await self._get_ready()
         except workdirs.UnsafeWorkDir as exc:
@@ -273,6 +319,7 @@ class Worker:
                 await self._reader(ws)
             finally:
                 self.calls.ws = None
+                await self.execs.end_all("the worker's connection to the server ended")
                 self._reached = time.monotonic()
                 for task in helpers:
                     task.cancel()
@@ -316,7 +363,8 @@ class Worker:
             instance=self.instance,
             labels=self.opts.labels,
             parallel=self.opts.parallel,
-            host=host.sample(self.opts.home, self._gpus),
+            host=host.sample(self.opts.home, self._devices),
+            capacity=self.capacity,
             python=".".join(map(str, sys.version_info[:3])),
             env_digest=self._digest,
             held=tuple(sorted(set(self.runs) | self.outbox.finished_keys())),
@@ -355,6 +403,17 @@ class Worker:
                 await self._keep_credential(ws, frame.token)
             case protocol.RelayResponse():
                 self.calls.answered(frame)
+            case protocol.ExecStart():
+                run = self.runs.get((frame.job, frame.epoch))
+
+                async def send(out: protocol.Frame) -> None:
+                    await ws.send(protocol.encode(out).decode())
+
+                self.execs.start(frame, run, send)
+            case protocol.ExecInput():
+                self.execs.input(frame)
+            case protocol.ExecDelivered():
+                self.execs.delivered(frame)
             case protocol.Refused():
                 raise Refused(frame.reason)
 
@@ -401,7 +460,9 @@ class Worker:
         seq = 0
         while True:
             seq += 1
-            sample = await asyncio.to_thread(host.sample, self.opts.home, self._gpus)
+            if self._devices:  # utilisation changes: ask NVML again
+                self._devices = await asyncio.to_thread(gpus.discover) or self._devices
+            sample = await asyncio.to_thread(host.sample, self.opts.home, self._devices)
             await ws.send(protocol.encode(protocol.Beat(seq=seq, host=sample)).decode())
             await asyncio.sleep(self.welcome.heartbeat_seconds)
 
@@ -447,7 +508,20 @@ class Worker:
             allow_local_repos=self.opts.allow_local_repos,
             namespaces=self.namespaces,
         )
+        run.ending = lambda: self.execs.end_job(key, "the job's lease ended")
         self.runs[key] = run
+        try:
+            run.gpu_env = gpus.visible(self.gpu_slots.take(key, lease.gpus))
+        except NoFreeGpu as exc:
+            run.refusal = f"cannot start: {exc}"
+        if lease.cpus > 0 or lease.memory_mb > 0:
+            name = f"job-{lease.job}-{lease.epoch}"
+            c = self.confinement
+            run.limits = (
+                c.job(name, cpus=lease.cpus, memory_mb=lease.memory_mb)
+                if isinstance(c, confine.Cgroups)
+                else c.job(key, cpus=lease.cpus, memory_mb=lease.memory_mb)
+            )
         task = asyncio.create_task(self._run(run))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -468,6 +542,9 @@ class Worker:
             outcome = Outcome("failed", None, f"worker error: {exc}")
         finally:
             self.runs.pop(run.key, None)
+            self.gpu_slots.give_back(run.key)
+            if isinstance(self.confinement, confine.Rlimits):
+                self.confinement.give_back(run.key)
             if user is not None:
                 await self.users.release(user)
             run.cleanup()

@@ -1,8 +1,10 @@
 """Masking a job's secret values in its streamed output, even across read boundaries.
 
 Output is bytes, read in pieces of arbitrary size, so a secret can straddle two reads. The
-redactor holds back the last (longest secret - 1) bytes until more output (or the end) shows
-whether they begin a secret; everything before that point is masked and let through. Secrets are
+redactor holds back the longest tail of what it was given that is the beginning of a secret,
+until more output (or the end) shows whether the secret follows; everything before that point is
+masked and let through. Output that could not begin a secret is never held, so a prompt on a
+terminal (`berth job exec --tty`) shows at once. Secrets are
 matched as their UTF-8 bytes, so masking needs no decoding and passes any binary output intact.
 """
 
@@ -17,7 +19,6 @@ class Redactor:
         values = {s.encode() if isinstance(s, str) else s for s in secrets}
         # Longest first, so a secret that contains another is masked whole.
         self._secrets = sorted((s for s in values if len(s) >= MIN_LENGTH), key=len, reverse=True)
-        self._hold = max((len(s) for s in self._secrets), default=1) - 1
         self._buffer = b""
 
     def feed(self, data: bytes) -> bytes:
@@ -25,7 +26,7 @@ class Redactor:
         if not self._secrets:
             return data
         self._buffer += data
-        cut = max(0, len(self._buffer) - self._hold)
+        cut = len(self._buffer) - self._pending()
         # Never cut through a secret that starts before the cut: move the cut past it (it is
         # whole in the buffer), and look again, since the new cut may cut another.
         moved = True
@@ -37,6 +38,19 @@ class Redactor:
                     cut, moved = start + len(secret), True
         shown, self._buffer = self._buffer[:cut], self._buffer[cut:]
         return self._mask(shown)
+
+    def _pending(self) -> int:
+        """How many bytes at the buffer's end begin some secret (not all of it)."""
+        buffer, held = self._buffer, 0
+        for secret in self._secrets:
+            # Only a start before the longest hold found so far can hold more.
+            start = max(0, len(buffer) - len(secret) + 1)
+            while (at := buffer.find(secret[:1], start, len(buffer) - held)) != -1:
+                if secret.startswith(buffer[at:]):
+                    held = len(buffer) - at
+                    break
+                start = at + 1
+        return held
 
     def flush(self) -> bytes:
         """The end of the output: show (masked) whatever was held back."""

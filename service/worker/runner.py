@@ -4,10 +4,11 @@ The job's working directory is made 0700 for the job's user, with `tmp/` and `ou
 its environment is built (worker/environment.py), never inherited. stdout/stderr are bytes,
 streamed to `emit` as they come, secrets masked. Cancel and timeout kill the whole group (TERM,
 then KILL after the grace period) and touch no other job; a job with a uid of its own has every
-process of that uid killed when it ends (worker/jobusers.py). As root it starts in namespaces of
-its own, with private /tmp, /var/tmp, /dev/shm and IPC (worker/isolation.py). The group leader is
-SHIM, a few lines of POSIX sh that kill the whole group when this worker process dies, even by
-kill -9.
+process of that uid killed when it ends (worker/jobusers.py). Its CPU and memory limits are a
+cgroup it joins before it starts, or rlimits (worker/confine.py); its GPUs, CUDA_VISIBLE_DEVICES.
+As root it starts in namespaces of its own, with private /tmp, /var/tmp, /dev/shm and IPC
+(worker/isolation.py). The group leader is SHIM, a few lines of POSIX sh that kill the whole
+group when this worker process dies, even by kill -9.
 """
 
 import asyncio
@@ -22,7 +23,8 @@ from pathlib import Path
 
 from service import protocol
 from service.cas.base import CasError, Store, get_file
-from service.worker import artifacts, environment, jobusers, repos
+from service.worker import artifacts, confine, environment, jobusers, repos
+from service.worker.confine import JobCgroup, JobRlimits
 from service.worker.isolation import Namespaces, Step
 from service.worker.jobusers import JobUser
 from service.worker.redaction import Redactor
@@ -81,7 +83,14 @@ class Run:
     worker_env: Mapping[str, str] = field(default_factory=dict)
     pass_env: Sequence[str] = ()
     namespaces: Namespaces | None = None  # as root: the job's private /tmp & co (isolation.py)
+    # Called once the job's process ended, before anything of its uid is killed: its execs end
+    # here (worker/execs.py), each told why.
+    ending: Callable[[], Awaitable[None]] | None = None
     _enter: Step | None = None  # the child's step into them, made by prepare()
+    # Its CPU and memory limits (worker/confine.py); None: it asked for neither.
+    limits: JobCgroup | JobRlimits | None = None
+    gpu_env: Mapping[str, str] = field(default_factory=dict)  # the GPUs it holds (gpus.py)
+    refusal: str = ""  # why it cannot start at all (e.g. no free GPU): it fails saying so
     _proc: asyncio.subprocess.Process | None = None
     _stop_reason: str = ""  # cancelled | timed_out | fenced | released | gave_back
     _started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -93,6 +102,16 @@ class Run:
     @property
     def stop_reason(self) -> str:
         return self._stop_reason
+
+    @property
+    def started(self) -> bool:
+        """Its process runs (or ran): an exec may join it."""
+        return self._proc is not None and self._proc.returncode is None
+
+    @property
+    def pid(self) -> int | None:
+        """Its shim's pid: /proc/<pid>/ns holds the job's namespaces while it runs."""
+        return self._proc.pid if self._proc is not None else None
 
     def prepare(self) -> None:
         """The job's own folder: 0700, owned by its user, with tmp/ and output/ inside.
@@ -166,6 +185,7 @@ class Run:
                 "BERTH_ATTEMPT": str(self.lease.epoch),
                 "BERTH_TENANT": self.lease.tenant,
                 "BERTH_OUTPUT": str(self.workdir / "output"),
+                **self.gpu_env,
             },
             workdir=self.workdir,
             user=self.user.name if self.user else "",
@@ -193,11 +213,49 @@ class Run:
     async def run(self, on_started: Callable[[], None]) -> Outcome:
         """Start, stream, wait; the outcome says how it ended."""
         try:
-            return await self._start_and_wait(on_started)
+            if self.refusal:
+                return Outcome("failed", None, self.refusal)
+            return self._limited(await self._start_and_wait(on_started))
         finally:
             self._started.set()  # a stop() waiting for a start that never came may go on
             if self.relay is not None:
                 await self.relay.close()
+            if isinstance(self.limits, JobCgroup):
+                self.limits.close()
+
+    def _child(self) -> Step | None:
+        """What the child does before exec: cgroups (still root), namespaces, then its uid.
+
+        Makes the job's cgroups first (OSError when the kernel refuses).
+        """
+        assert self.user is not None
+        drop = None
+        if self.user.uid != os.geteuid():
+            drop = jobusers.become(self.user.uid, self.user.gid)
+        return _child_steps(self._limits_step(), self._enter, drop)
+
+    def _limits_step(self) -> Step | None:
+        """Make the job's cgroups (OSError when the kernel refuses); the child's step into them."""
+        if self.limits is None:
+            return None
+        if isinstance(self.limits, JobCgroup):
+            self.limits.create()
+        return self.limits.enter()
+
+    def _limited(self, outcome: Outcome) -> Outcome:
+        """The outcome, saying so when the job's memory limit is what ended it."""
+        limits = self.limits
+        if isinstance(limits, JobCgroup) and limits.memory_mb and limits.oom_killed():
+            outcome.state = "failed"
+            outcome.error = confine.memory_killed(limits.memory_mb)
+        elif (
+            isinstance(limits, JobRlimits)
+            and limits.memory_mb
+            and outcome.state == "failed"
+            and outcome.exit_code not in (None, 0)
+        ):
+            outcome.error = confine.memory_failed(outcome.exit_code, limits.memory_mb)
+        return outcome
 
     async def _start_and_wait(self, on_started: Callable[[], None]) -> Outcome:
         assert self.user is not None
@@ -216,10 +274,10 @@ class Run:
                 await self.relay.start(self.user.uid, self.user.gid)
             except OSError as exc:
                 return Outcome("failed", None, f"cannot open the job's relay: {exc}")
-        drop = None
-        if self.user.uid != os.geteuid():
-            drop = jobusers.become(self.user.uid, self.user.gid)
-        child = _child_steps(self._enter, drop)
+        try:
+            child = self._child()
+        except OSError as exc:
+            return Outcome("failed", None, f"cannot set the job's limits: {exc}")
         read_end, write_end = os.pipe()
         try:
             self._proc = await asyncio.create_subprocess_exec(
@@ -255,13 +313,19 @@ class Run:
             outcome = await self._wait()
         finally:
             os.close(write_end)
-            if self.relay is not None:
-                await self.relay.close()  # the lease's relay ends with the job
+            await self._ended()
         if self.user.isolated:
             # Nothing the job left running may change its outputs while they are read.
             await jobusers.kill_all(self.user.uid)
         await self._keep_outputs(outcome)
         return outcome
+
+    async def _ended(self) -> None:
+        """The job's process ended: its execs end, and the lease's relay with it."""
+        if self.ending is not None:
+            await self.ending()
+        if self.relay is not None:
+            await self.relay.close()
 
     async def _keep_outputs(self, outcome: Outcome) -> None:
         """Upload what it left under $BERTH_OUTPUT, whatever its outcome.
@@ -375,21 +439,20 @@ def utf8_boundary(data: bytes) -> int:
     return len(data)  # continuation bytes only: not UTF-8, pass it as it is
 
 
-def _child_steps(enter: Step | None, drop: Step | None) -> Step | None:
-    """What the child does between fork and exec.
+def _child_steps(*steps: Step | None) -> Step | None:
+    """What the child does between fork and exec: `steps` in order, those that are not None.
 
-    Namespaces first (mounting needs root), then the drop to the job's uid.
+    Root's steps first (joining cgroups, mounting), then the drop to the job's uid.
     """
-    if enter is None:
-        return drop
-    if drop is None:
-        return enter
+    todo = [s for s in steps if s is not None]
+    if len(todo) <= 1:
+        return todo[0] if todo else None
 
-    def both() -> None:
-        enter()
-        drop()
+    def each() -> None:
+        for step in todo:
+            step()
 
-    return both
+    return each
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -126,3 +126,9 @@ def test_provision_bench_decides(pg_admin_url):
     )
     assert (r["jobs"], r["pools"], r["runs"]) == (300, 3, 2)
     assert r["starts_decided"] > 0
+
+
+def test_exec_bench_measures_sessions(pg_admin_url):
+    r = run_script(pg_admin_url, "exec_bench.py", "--sessions", "3")
+    assert (r["scenario"], r["sessions"]) == ("exec", 3)
+    assert r["command_kib_per_session"] > 0

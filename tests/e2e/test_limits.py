@@ -96,7 +96,7 @@ class TestLimitsChangePlacement:
         for args, says, code in [
             (["set", "pools.tpu.slots.default=1", "--reason", "x"], "no pool 'tpu'", 201),
             (["set", f"{KEY}=-2", "--reason", "x"], "whole number >= 0", 201),
-            (["set", "tenants.ml.max_gpus=1", "--reason", "x"], "tenant quotas", 201),
+            (["set", "tenants.ml.max_gpus=1.5", "--reason", "x"], "whole number >= 0", 201),
             (["set", KEY, "--reason", "x"], "expected KEY=VALUE", 201),
             (["set", f"{KEY}=1", "--reason", " "], "needs a reason", 201),
             (["unset", KEY], f"no limit '{KEY}' is set", 203),

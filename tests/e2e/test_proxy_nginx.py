@@ -5,16 +5,20 @@ cookie, the ci-pipeline service account and the workers with a bearer secret the
 """
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pexpect
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from service import protocol
+from service.core.exits import Exit
 from tests.procs import Server, wait_for
 from tests.proxy.authstub import SERVICE_SECRET, WORKER_SECRET
 from tests.proxy.harness import ProxyFront
@@ -235,3 +239,53 @@ class TestForgedHeaders:
         assert how.startswith(("http 401", "http 403", "closed")), how
         workers = stack.call(ALICE, "GET", "/api/v1/workers").json()
         assert all(w["name"] != "gpu-w1" for w in workers)
+
+
+EXEC_CONFIG = {**CONFIG, "pools": {"gpu": {"slots": {"default": 2}, "exec": "member"}}}
+
+
+class TestExec:
+    def test_exec_through_nginx(self, server_factory, proxied, worker_factory):
+        """`berth job exec` (and --tty) through nginx: the service account (a member of ml)
+        reads what its job wrote; carol (tenant other) gets 404 for it."""
+        server = server_factory(EXEC_CONFIG, builtin_worker=False)
+        stack = Stack(server, proxied(server))
+        via = Front(server, stack.front.url)
+        worker_factory(via, WORKER_SECRET, "gpu", "--name", "gpu-w1", name="gpu-w1")
+        script = "echo through-nginx > mine.txt; echo ready; exec sleep 600"
+        job = stack.submit(CI, {"command": ["sh", "-c", script], "pool": "gpu"})["id"]
+        wait_for(lambda: stack.job(job)["state"] == "running", 60, "the job running")
+        env = via.env(BERTH_TOKEN=SERVICE_SECRET)
+        argv = [sys.executable, "-m", "service", "job", "exec", str(job), "--", "cat", "mine.txt"]
+
+        def cat() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=60, check=False
+            )
+
+        r = wait_for(lambda: (c := cat()).returncode == 0 and c, 30, "mine.txt written")
+        assert r.stdout == "through-nginx\n"
+        child = pexpect.spawn(
+            sys.executable,
+            ["-m", "service", "job", "exec", str(job), "--tty", "--", "stty", "size"],
+            env=env,
+            dimensions=(31, 97),
+            timeout=60,
+        )
+        child.expect("31 97")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+        url = stack.front.ws_url + f"/api/v1/jobs/{job}/exec"
+        with connect(url, additional_headers=CAROL, open_timeout=10) as ws:
+            ws.send(json.dumps({"command": ["true"]}))
+            said = json.loads(ws.recv(timeout=15))
+        assert (said["type"], said["status"]) == ("error", 404), said
+        assert ("service:ci-pipeline", "job.exec", str(job)) in stack.audit()
+        # a bearer no rule admits: refused in one line, as any other command is
+        env["BERTH_TOKEN"] = "brt_nobody"
+        bad = cat()
+        assert bad.returncode == Exit.REFUSED, bad.stderr
+        assert bad.stderr.strip().splitlines() == [
+            "berth: error: no rule grants you access to berth"
+        ], bad.stderr

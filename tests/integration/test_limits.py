@@ -113,7 +113,7 @@ class TestRefused:
             pytest.param("executor.loop_seconds", 1, "unknown limit key", id="not-a-limit"),
             pytest.param("pools.tpu.slots.default", 1, "no pool 'tpu'", id="unknown-pool"),
             pytest.param("pools.gpu.provisioner.max", 1, "no provisioner", id="no-provisioner"),
-            pytest.param("tenants.ml.max_running", 1, "tenant quotas", id="tenant-quota"),
+            pytest.param("tenants.ml.max_running", -1, "whole number >= 0", id="tenant-quota"),
             pytest.param(KEY, -1, "whole number >= 0", id="negative"),
             pytest.param(KEY, "many", "whole number", id="not-a-number"),
             pytest.param(KEY, True, "whole number", id="boolean"),

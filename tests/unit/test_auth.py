@@ -13,8 +13,17 @@ from service.core.errors import Forbidden
 P = Perm
 EXPECTED = {
     Role.ADMIN: set(Perm) - {P.WORKER_PROTOCOL},
-    Role.OPERATOR: {P.FLEET_READ, P.FLEET_WRITE, P.TOKENS, P.SECRETS, P.JOBS_READ, P.METRICS},
-    Role.MEMBER: {P.JOBS_READ, P.JOBS_WRITE, P.FLEET_READ},
+    Role.OPERATOR: {
+        P.FLEET_READ,
+        P.FLEET_WRITE,
+        P.TOKENS,
+        P.SECRETS,
+        P.JOBS_READ,
+        P.JOBS_EXEC,
+        P.METRICS,
+    },
+    # jobs.exec: the job's pool narrows it further ([pools.P] exec, domain/execs.py)
+    Role.MEMBER: {P.JOBS_READ, P.JOBS_WRITE, P.JOBS_EXEC, P.FLEET_READ},
     Role.VIEWER: {P.JOBS_READ, P.FLEET_READ},
     Role.WORKER: {P.WORKER_PROTOCOL},
     Role.METRICS: {P.METRICS},

@@ -65,8 +65,8 @@ class TestKeys:
             pytest.param(
                 "pools.serve.provisioner.idle_seconds", 1, "has no provisioner", id="serve-prov"
             ),
-            pytest.param("tenants.ml.max_running", 3, "tenant quotas", id="tenant-max-running"),
-            pytest.param("tenants.ml.max_gpus", 3, "tenant quotas", id="tenant-max-gpus"),
+            pytest.param("tenants.ml.max_running", -1, "whole number >= 0", id="neg-running"),
+            pytest.param("tenants.ml.max_gpus", 1.5, "whole number", id="frac-gpus"),
             pytest.param("pools.gpu.slots.-x", 1, "job kind", id="bad-kind"),
             pytest.param("pools.gpu.slots.agent", "-1", "whole number >= 0", id="negative-slots"),
             pytest.param("pools.gpu.slots.agent", 1.5, "whole number", id="fractional-slots"),
@@ -96,10 +96,15 @@ class TestKeys:
             limits.parse(config(), key, raw)
         assert key in caught.value.message and says in caught.value.message
 
-    def test_tenant_quotas_say_why_not_yet(self):
-        """Tenant quota keys are refused with the reason: they need per-job resources."""
-        with pytest.raises(Invalid, match="per-job resources"):
-            limits.parse(config(), "tenants.ml.max_gpus", "2")
+    def test_tenant_quotas_are_whole_numbers_in_force(self):
+        """max_running and max_gpus are limits now (per-job resources exist): whole numbers, and
+        `effective` makes them the tenant's quotas without touching other tenants."""
+        assert limits.parse(config(), "tenants.ml.max_gpus", "2") == 2
+        eff = limits.effective(config(), {"tenants.ml.max_running": 3, "tenants.ml.max_gpus": 2})
+        quota = eff.quotas().of("ml")
+        assert (quota.max_running, quota.max_gpus) == (3, 2)
+        assert quota.running_key == "tenants.ml.max_running"
+        assert not eff.quotas().of("other")
 
     def test_unknown_key_lists_the_keys(self):
         """The refusal of an unknown key lists what may be set."""

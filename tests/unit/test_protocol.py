@@ -44,6 +44,10 @@ TO_SERVER = [
     p.CredentialStored(),
     p.Bye(released=((4, 2), (5, 1))),
     p.Bye(),
+    p.ExecOutput(exec=1, stream="stdout", data=b"\x00\xff \x1b[1m"),
+    p.ExecExit(exec=1, exit_code=130),
+    p.ExecExit(exec=2, error="job 3 (attempt 1) is not running on this worker"),
+    p.ExecTaken(exec=1),
 ]
 
 TO_WORKER = [
@@ -97,6 +101,11 @@ TO_WORKER = [
     p.Stale(job=5, epoch=1),
     p.Exit(reason="token revoked", code=3),
     p.Exit(reason="bye"),
+    p.ExecStart(exec=1, job=3, epoch=1, command=("cat", "mine.txt")),
+    p.ExecStart(exec=2, job=3, epoch=1, command=(), tty=True, rows=33, cols=101),
+    p.ExecInput(exec=1, data=b"\x03"),
+    p.ExecInput(exec=1, eof=True, rows=40, cols=120, signal="INT"),
+    p.ExecDelivered(exec=1),
 ]
 
 
@@ -284,3 +293,11 @@ class TestBounds:
         )
         with pytest.raises(msgspec.ValidationError, match=r"\$\.data"):
             p.decode_to_server(big)
+
+
+class TestExecBounds:
+    def test_an_exec_output_frame_is_bounded(self):
+        """A worker's exec output over EXEC_CHUNK, or for exec id 0, does not decode."""
+        too_big = p.ExecOutput(exec=1, stream="stdout", data=b"x" * (p.EXEC_CHUNK + 1))
+        assert "data" in (p.refusal(too_big) or "")
+        assert "exec" in (p.refusal(p.ExecTaken(exec=0)) or "")

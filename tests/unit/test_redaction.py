@@ -63,3 +63,16 @@ class TestRedactor:
     def test_short_values_are_not_masked(self):
         """A one- or two-character value is not masked (it would garble output)."""
         assert stream("a=1 b=22", [3], ["1", "22"]) == "a=1 b=22"
+
+    def test_only_what_could_begin_a_secret_is_held(self):
+        """Output that cannot begin a secret shows at once (a terminal's prompt); a tail that
+        begins any secret, the longest such tail, waits for what follows."""
+        r = Redactor(["hunter2x", "xyzzy-long-secret"])
+        assert r.feed(b"ready\n") == b"ready\n"
+        assert r.feed(b"$ ") == b"$ "
+        # "xyz" begins the second secret; "x" alone would begin the first too: hold all three.
+        assert r.feed(b"abc xyz") == b"abc "
+        assert r.feed(b"zy-long-secret!") == b"***!"
+        assert r.feed(b"hunt") == b""
+        assert r.feed(b"er2") == b""
+        assert r.feed(b"y") == b"hunter2y"

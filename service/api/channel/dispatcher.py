@@ -71,7 +71,9 @@ class Dispatcher:
             if stop.is_set():
                 return
             try:
-                done = await dispatch.run_pass(self.rt.db, self.sessions.ids(), self.rt.pools)
+                done = await dispatch.run_pass(
+                    self.rt.db, self.sessions.ids(), self.rt.pools, self.rt.quotas
+                )
             except Unavailable as exc:  # the database is restarting: try again shortly
                 log.warning("dispatch_pass_failed", error=exc.message)
                 await asyncio.sleep(0.5)
@@ -133,4 +135,7 @@ class Dispatcher:
             env=dict(job.env),
             secrets=values,
             timeout_seconds=job.timeout_seconds,
+            cpus=job.cpus,
+            memory_mb=job.memory_mb,
+            gpus=job.gpus,
         )

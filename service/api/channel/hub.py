@@ -14,6 +14,7 @@ from service.api.channel import relay
 from service.api.channel.beats import Heartbeats
 from service.api.channel.credentials import Credentials
 from service.api.channel.dispatcher import Dispatcher
+from service.api.channel.execs import ExecRelays
 from service.api.channel.notices import Notices
 from service.api.channel.reports import ReportBatcher
 from service.api.channel.session import Session, Sessions
@@ -33,6 +34,7 @@ class Hub:
         self.notices = Notices(rt, self.sessions, self.dispatcher.poke)
         self.reports = ReportBatcher(rt, self._freed)
         self.credentials = Credentials(rt)
+        self.execs = ExecRelays()  # `berth job exec` sessions through this server
         self._tasks: set[asyncio.Future[None]] = set()
 
     def poke(self) -> None:

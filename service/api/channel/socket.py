@@ -83,6 +83,7 @@ async def attach(socket: WebSocket[Any, Any, Any]) -> None:
     finally:
         rotation.cancel()
         await session.stop()
+        hub.execs.worker_gone(session)  # after stop: no exec opens on a closed session
         if hub.remove(session):
             with contextlib.suppress(Exception):
                 await leasing.detach(
@@ -180,6 +181,8 @@ async def _serve(session: Session, hub: Hub) -> None:
                 hub.reports.add(session, report)
             case protocol.RelayRequest() as ask:
                 hub.relay(session, ask)
+            case protocol.ExecOutput() | protocol.ExecExit() | protocol.ExecTaken() as answer:
+                hub.execs.deliver(session, answer)
             case protocol.Bye() as bye:
                 hub.bye(session, bye)
             case protocol.CredentialStored():

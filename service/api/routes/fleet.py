@@ -7,6 +7,7 @@ from litestar.params import FromPath
 
 from service.api.identity import identify, request_id, runtime_of
 from service.auth.permissions import Perm
+from service.core import resources
 from service.domain import fleet
 
 
@@ -26,6 +27,9 @@ def worker_json(row: fleet.WorkerRow) -> dict[str, Any]:
         "free_memory_gb": host.get("free_memory_gb"),
         "free_disk_gb": host.get("free_disk_gb"),
         "gpus": host.get("gpus", []),
+        "devices": host.get("devices", []),
+        "capacity": resources.of(w.capacity).as_dict(),
+        "reserved": row.reserved.as_dict(),
         "slots": {k: {"used": row.used.get(k, 0), "total": n} for k, n in row.slots.items()},
         "parallel": w.parallel,
         "attached": w.server_id is not None,
@@ -38,7 +42,7 @@ def worker_json(row: fleet.WorkerRow) -> dict[str, Any]:
 @get("/api/v1/workers", opt={"perm": Perm.FLEET_READ})
 async def list_workers(request: Request[Any, Any, Any]) -> list[dict[str, Any]]:
     rt = runtime_of(request)
-    rows, starting = await fleet.list_workers(rt.db, rt.pools, await identify(request))
+    rows, starting = await fleet.list_workers(rt.db, rt.pools, await identify(request), rt.quotas)
     return [worker_json(r) for r in rows] + [starting_json(s, rt) for s in starting]
 
 
@@ -58,6 +62,9 @@ def starting_json(s: fleet.Starting, rt: Any) -> dict[str, Any]:  # noqa: ANN401
         "free_memory_gb": None,
         "free_disk_gb": None,
         "gpus": [],
+        "devices": [],
+        "capacity": resources.Resources().as_dict(),
+        "reserved": resources.Resources().as_dict(),
         "slots": {k: {"used": 0, "total": n} for k, n in slots.items()},
         "parallel": 0,
         "attached": False,

@@ -14,6 +14,7 @@ from service.api import body
 from service.api.body import decode
 from service.api.identity import identify, request_id, runtime_of
 from service.auth.permissions import Perm
+from service.core import resources
 from service.core.errors import Invalid, NotFound
 from service.core.states import JobState
 from service.db.records import JobRecord, OutputChunk
@@ -55,6 +56,10 @@ class JobBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         default_factory=list
     )
     repo: Annotated[str, msgspec.Meta(max_length=2048, pattern=body.NO_NUL)] = ""
+    # Resources (SPEC section 4); null/absent: the pool's default (0 without a pool).
+    cpus: Annotated[float, msgspec.Meta(ge=0, le=resources.MAX_CPUS)] | None = None
+    memory_mb: Annotated[int, msgspec.Meta(ge=0, le=resources.MAX_MEMORY_MB)] | None = None
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=resources.MAX_GPUS)] | None = None
 
 
 def job_json(job: JobRecord, waiting_for: str = "") -> dict[str, Any]:
@@ -73,6 +78,9 @@ def job_json(job: JobRecord, waiting_for: str = "") -> dict[str, Any]:
         "device_policy": job.device_policy,
         "priority": job.priority,
         "timeout_seconds": job.timeout_seconds,
+        "cpus": job.cpus,
+        "memory_mb": job.memory_mb,
+        "gpus": job.gpus,
         "command": job.command,
         "python": bool(job.python or job.python_sha256),
         "python_sha256": job.python_sha256 or None,
@@ -106,6 +114,9 @@ def _spec(b: JobBody) -> jobs.JobSpec:
         secrets=b.secrets,
         inputs=[{"name": i.name, "sha256": i.sha256, "kind": i.kind} for i in b.inputs],
         repo=b.repo,
+        cpus=b.cpus,
+        memory_mb=b.memory_mb,
+        gpus=b.gpus,
     )
 
 

@@ -47,7 +47,7 @@ WITH r AS (
         n int, tenant text, kind text, pool text, labels text[], device_policy text,
         command text[], python text, python_sha256 text, env jsonb, secrets jsonb,
         inputs jsonb, repo text, timeout_seconds float8, max_attempts int, priority int,
-        created_by text)
+        cpus float8, memory_mb bigint, gpus int, created_by text)
 ), over AS (
     -- One row per tenant of the batch (arrays, so the planner knows how few: a cheap plan).
     -- Counting stops past the bound (LIMIT): a tenant with a long queue costs no more than that.
@@ -67,9 +67,10 @@ WITH r AS (
 ), j AS (
     INSERT INTO jobs (tenant, kind, pool, labels, device_policy, command, python,
                       python_sha256, env, secrets, inputs, repo, timeout_seconds, max_attempts,
-                      priority, created_by)
+                      priority, cpus, memory_mb, gpus, created_by)
     SELECT tenant, kind, pool, labels, device_policy, command, python, python_sha256, env,
-           secrets, inputs, repo, timeout_seconds, max_attempts, priority, created_by
+           secrets, inputs, repo, timeout_seconds, max_attempts, priority, cpus, memory_mb, gpus,
+           created_by
     FROM r WHERE NOT EXISTS (SELECT 1 FROM over) ORDER BY n
     RETURNING {cols}
 ), wake AS (

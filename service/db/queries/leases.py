@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from service.core.placement import JobWant
+from service.core.placement import JobWant, Quotas
+from service.core.resources import Resources
 from service.db.records import JobRecord
 
 _JOB_COLS = ", ".join(f"jobs.{f}" for f in JobRecord.__dataclass_fields__)
@@ -25,8 +26,8 @@ WITH a AS (
     FROM a WHERE jobs.id = a.job_id AND jobs.state = 'queued'
     RETURNING {job_cols}, a.worker_id
 ), l AS (
-    INSERT INTO leases (job_id, epoch, worker_id, kind)
-    SELECT id, attempt, worker_id, kind FROM j
+    INSERT INTO leases (job_id, epoch, worker_id, kind, cpus, memory_mb, gpus)
+    SELECT id, attempt, worker_id, kind, cpus, memory_mb, gpus FROM j
 )
 SELECT * FROM j
 """.replace("{job_cols}", _JOB_COLS)
@@ -50,6 +51,45 @@ async def live_counts(
     return out
 
 
+# Queued jobs in fairness order (see `candidates`). With no quota in force {quota} and
+# {gpus_held} are "" (the plan of before quotas existed: running jobs are counted from the index
+# alone), else a filter that leaves out what a tenant's quota holds back, and the GPUs it holds.
+_CANDIDATES_SQL = """
+WITH t AS (
+    SELECT DISTINCT tenant FROM jobs WHERE state = 'queued'
+      AND (CAST(:tenants AS text[]) IS NULL OR tenant = ANY(CAST(:tenants AS text[])))
+), running AS (
+    SELECT tenant, count(*) AS n{gpus_held} FROM jobs
+    WHERE state IN ('leased', 'running') GROUP BY tenant
+), c AS (
+    SELECT q.*, row_number() OVER (PARTITION BY q.tenant ORDER BY q.priority DESC, q.id)
+        AS rn
+    FROM t CROSS JOIN LATERAL (
+        SELECT id, tenant, kind, pool, labels, device_policy, priority, cpus, memory_mb, gpus
+        FROM jobs
+        WHERE jobs.tenant = t.tenant AND jobs.state = 'queued'
+          AND jobs.kind = ANY(:kinds)
+          AND (jobs.pool IS NULL OR jobs.pool = ANY(:pools))
+        ORDER BY priority DESC, id LIMIT :per_tenant
+    ) q
+)
+SELECT c.* FROM c LEFT JOIN running r USING (tenant)
+{quota}
+ORDER BY coalesce(r.n, 0) + c.rn, c.priority DESC, c.id
+LIMIT :limit
+"""
+# A tenant's k-th candidate runs only if k more jobs stay within its max_running; a GPU job only
+# if its GPUs fit what the tenant holds (the claim checks the sum again, under a lock).
+_QUOTA_FILTER = """
+LEFT JOIN unnest(CAST(:q_tenants AS text[]), CAST(:q_running AS int[]), CAST(:q_gpus AS int[]))
+    AS q(tenant, max_running, max_gpus) USING (tenant)
+WHERE (coalesce(q.max_running, :d_running) = 0
+       OR coalesce(r.n, 0) + c.rn <= coalesce(q.max_running, :d_running))
+  AND (coalesce(q.max_gpus, :d_gpus) = 0 OR c.gpus = 0
+       OR coalesce(r.g, 0) + c.gpus <= coalesce(q.max_gpus, :d_gpus))
+"""
+
+
 async def candidates(
     conn: AsyncConnection,
     *,
@@ -58,47 +98,85 @@ async def candidates(
     per_tenant: int,
     limit: int,
     tenants: Sequence[str] | None = None,
+    quotas: Quotas | None = None,
 ) -> list[JobWant]:
     """Queued jobs in fairness order: fewest running per tenant, then priority, then age.
 
     The k-th queued job of a tenant ranks as if its tenant already ran k-1 more jobs, so one
     pass hands slots out round-robin over tenants, weighted by what each already runs.
     `tenants`: only these (every free worker is a tenant's own machine); None: every tenant.
+    `quotas`: leave out the jobs a tenant's max_running / max_gpus holds back (as counted now;
+    `hold_quotas` decides under a lock).
     """
+    params: dict[str, object] = {
+        "kinds": list(kinds),
+        "pools": list(pools),
+        "per_tenant": per_tenant,
+        "limit": limit,
+        "tenants": None if tenants is None else list(tenants),
+    }
+    sql = _CANDIDATES_SQL.replace("{quota}", "").replace("{gpus_held}", "")
+    if quotas:
+        sql = _CANDIDATES_SQL.replace("{quota}", _QUOTA_FILTER).replace(
+            "{gpus_held}", ", sum(gpus) AS g"
+        )
+        names = sorted(quotas.tenants)
+        params |= {
+            "q_tenants": names,
+            "q_running": [quotas.tenants[n].max_running for n in names],
+            "q_gpus": [quotas.tenants[n].max_gpus for n in names],
+            "d_running": quotas.default.max_running,
+            "d_gpus": quotas.default.max_gpus,
+        }
+    rows = await conn.execute(text(sql), params)
+    return [JobWant.of(r) for r in rows]
+
+
+async def hold_quotas(conn: AsyncConnection, tenants: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Lock these tenants' quotas until commit; then (jobs running, GPUs held) of each.
+
+    Two servers granting to one tenant at once take turns here (a transaction-scoped advisory
+    lock per tenant, taken in name order so two passes never deadlock), and the second counts
+    after the first committed: together they never pass its max_running or max_gpus. The
+    count is a statement of its own, so that its snapshot is taken once the lock is held.
+    """
+    names = sorted(set(tenants))
+    await conn.execute(
+        text(
+            "SELECT pg_advisory_xact_lock(hashtextextended('berth.quota.' || t, 0)) "
+            "FROM unnest(CAST(:t AS text[])) AS t ORDER BY t"
+        ),
+        {"t": names},
+    )
+    return await usage_of_tenants(conn, names)
+
+
+async def usage_of_tenants(
+    conn: AsyncConnection, tenants: Sequence[str]
+) -> dict[str, tuple[int, int]]:
+    """(jobs running, GPUs held) of each of these tenants now, without a lock (for people)."""
     rows = await conn.execute(
         text(
-            """
-            WITH t AS (
-                SELECT DISTINCT tenant FROM jobs WHERE state = 'queued'
-                  AND (CAST(:tenants AS text[]) IS NULL OR tenant = ANY(CAST(:tenants AS text[])))
-            ), running AS (
-                SELECT tenant, count(*) AS n FROM jobs
-                WHERE state IN ('leased', 'running') GROUP BY tenant
-            ), c AS (
-                SELECT q.*, row_number() OVER (PARTITION BY q.tenant ORDER BY q.priority DESC, q.id)
-                    AS rn
-                FROM t CROSS JOIN LATERAL (
-                    SELECT id, tenant, kind, pool, labels, device_policy, priority FROM jobs
-                    WHERE jobs.tenant = t.tenant AND jobs.state = 'queued'
-                      AND jobs.kind = ANY(:kinds)
-                      AND (jobs.pool IS NULL OR jobs.pool = ANY(:pools))
-                    ORDER BY priority DESC, id LIMIT :per_tenant
-                ) q
-            )
-            SELECT c.* FROM c LEFT JOIN running r USING (tenant)
-            ORDER BY coalesce(r.n, 0) + c.rn, c.priority DESC, c.id
-            LIMIT :limit
-            """
+            "SELECT tenant, count(*), coalesce(sum(gpus), 0) FROM jobs "
+            "WHERE state IN ('leased', 'running') AND tenant = ANY(CAST(:t AS text[])) "
+            "GROUP BY tenant"
         ),
-        {
-            "kinds": list(kinds),
-            "pools": list(pools),
-            "per_tenant": per_tenant,
-            "limit": limit,
-            "tenants": None if tenants is None else list(tenants),
-        },
+        {"t": sorted(set(tenants))},
     )
-    return [JobWant.of(r) for r in rows]
+    found = {r[0]: (int(r[1]), int(r[2])) for r in rows}
+    return {t: found.get(t, (0, 0)) for t in tenants}
+
+
+async def reserved(conn: AsyncConnection, worker_ids: Sequence[str]) -> dict[str, Resources]:
+    """What the live leases of each of these workers asked for (workers with none: absent)."""
+    rows = await conn.execute(
+        text(
+            "SELECT worker_id, sum(cpus), sum(memory_mb), sum(gpus) FROM leases "
+            "WHERE state = 'live' AND worker_id = ANY(CAST(:ids AS uuid[])) GROUP BY worker_id"
+        ),
+        {"ids": list(worker_ids)},
+    )
+    return {str(r[0]): Resources(float(r[1]), int(r[2]), int(r[3])) for r in rows}
 
 
 async def lock_queued(conn: AsyncConnection, job_ids: Sequence[int], *, want: int) -> set[int]:
@@ -148,6 +226,20 @@ async def live_of(conn: AsyncConnection, worker_id: str) -> list[tuple[int, int]
         {"w": worker_id},
     )
     return [(r[0], r[1]) for r in rows]
+
+
+async def live_of_job(conn: AsyncConnection, job_id: int) -> tuple[int, str, str] | None:
+    """The job's live lease: (epoch, worker id, the worker's pool), or None."""
+    row = (
+        await conn.execute(
+            text(
+                "SELECT l.epoch, CAST(l.worker_id AS text), w.pool FROM leases l "
+                "JOIN workers w ON w.id = l.worker_id WHERE l.job_id = :j AND l.state = 'live'"
+            ),
+            {"j": job_id},
+        )
+    ).first()
+    return (row[0], row[1], row[2]) if row is not None else None
 
 
 # The jobs of the leases in `l` (job_id, epoch) that just expired: queued again, or failed

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.core.resources import Resources
 from service.db.records import WorkerRecord
 
 WORKERS_CHANNEL = "berth_workers_v1"
@@ -17,7 +18,7 @@ _COLUMNS = """
     SELECT id::text AS id, name, identity, pool, state, liveness, instance, server_id, labels,
            tenants,
            parallel,
-           host, python, env_digest, version, attached_at, last_seen_at,
+           host, capacity, python, env_digest, version, attached_at, last_seen_at,
            extract(epoch FROM clock_timestamp() - last_seen_at)::float8 AS seen_seconds_ago
 """
 _SELECT = _COLUMNS + " FROM workers "
@@ -84,6 +85,7 @@ async def attach(
     python: str,
     env_digest: str,
     version: str,
+    capacity: dict[str, Any] | None = None,
 ) -> WorkerRecord | None:
     """Insert or refresh the worker named `name` as `identity`'s.
 
@@ -95,16 +97,17 @@ async def attach(
             text(
                 """
                 INSERT INTO workers AS w (id, name, identity, pool, instance, server_id, labels,
-                    tenants, parallel, host, python, env_digest, version, liveness, attached_at,
-                    last_seen_at)
+                    tenants, parallel, host, capacity, python, env_digest, version, liveness,
+                    attached_at, last_seen_at)
                 VALUES (:id, :name, :identity, :pool, :instance, :server, :labels, :tenants,
-                    :parallel, CAST(:host AS jsonb), :python, :env_digest, :version, 'ok',
-                    clock_timestamp(), clock_timestamp())
+                    :parallel, CAST(:host AS jsonb), CAST(:capacity AS jsonb), :python,
+                    :env_digest, :version, 'ok', clock_timestamp(), clock_timestamp())
                 ON CONFLICT (name) DO UPDATE SET identity = EXCLUDED.identity,
                     pool = EXCLUDED.pool,
                     instance = EXCLUDED.instance, server_id = EXCLUDED.server_id,
                     labels = EXCLUDED.labels, tenants = EXCLUDED.tenants,
                     parallel = EXCLUDED.parallel, host = EXCLUDED.host,
+                    capacity = EXCLUDED.capacity,
                     python = EXCLUDED.python, env_digest = EXCLUDED.env_digest,
                     version = EXCLUDED.version, liveness = 'ok',
                     attached_at = clock_timestamp(), last_seen_at = clock_timestamp()
@@ -123,6 +126,7 @@ async def attach(
                 "tenants": sorted(tenants),
                 "parallel": parallel,
                 "host": json.dumps(host),
+                "capacity": json.dumps(capacity or {}),
                 "python": python,
                 "env_digest": env_digest,
                 "version": version,
@@ -253,27 +257,40 @@ async def notify(conn: AsyncConnection, payload: dict[str, Any]) -> None:
 
 async def placeable_if_queued(
     conn: AsyncConnection, ids: Sequence[str]
-) -> list[tuple[WorkerRecord, dict[str, int]]]:
-    """These workers with their live leases per kind; nothing at all when no job is queued.
+) -> list[tuple[WorkerRecord, dict[str, int], Resources]]:
+    """These workers with their live leases per kind and what those reserve.
 
-    One round trip for what a dispatch pass needs first (and, when idle, all it needs).
+    Nothing at all when no job is queued. One round trip for what a dispatch pass needs first
+    (and, when idle, all it needs).
     """
     rows = await conn.execute(
         text(
             _COLUMNS  # noqa: S608  (constant column list, no input)
             + """,
-                coalesce((SELECT jsonb_object_agg(kind, n) FROM (
-                    SELECT kind, count(*) AS n FROM leases l
-                    WHERE l.worker_id = workers.id AND l.state = 'live' GROUP BY kind) c),
-                    '{}'::jsonb) AS used
-            FROM workers
+                coalesce(u.used, '{}'::jsonb) AS used, coalesce(u.cpus, 0) AS r_cpus,
+                coalesce(u.memory_mb, 0) AS r_memory_mb, coalesce(u.gpus, 0) AS r_gpus
+            FROM workers LEFT JOIN LATERAL (
+                SELECT jsonb_object_agg(kind, n) AS used, sum(cpus) AS cpus,
+                       sum(memory_mb) AS memory_mb, sum(gpus) AS gpus
+                FROM (SELECT kind, count(*) AS n, sum(cpus) AS cpus, sum(memory_mb) AS memory_mb,
+                             sum(gpus) AS gpus
+                      FROM leases l WHERE l.worker_id = workers.id AND l.state = 'live'
+                      GROUP BY kind) c
+            ) u ON true
             WHERE id = ANY(CAST(:ids AS uuid[]))
               AND EXISTS (SELECT 1 FROM jobs WHERE state = 'queued')
             """
         ),
         {"ids": list(ids)},
     )
-    return [(WorkerRecord.of(r), dict(r.used)) for r in rows]
+    return [
+        (
+            WorkerRecord.of(r),
+            dict(r.used),
+            Resources(float(r.r_cpus), int(r.r_memory_mb), int(r.r_gpus)),
+        )
+        for r in rows
+    ]
 
 
 async def lock(conn: AsyncConnection, *, name: str) -> WorkerRecord | None:
