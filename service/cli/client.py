@@ -16,7 +16,9 @@ import httpx
 import msgspec
 
 from service.auth.tokens import NOT_A_TOKEN
+from service.client import events as job_events
 from service.core.exits import Exit, for_status
+from service.events import JobEvent
 
 DEFAULT_SERVER = "http://127.0.0.1:8443"
 URL_FILE = "server.url"  # in $BERTH_HOME: the URL `berth serve` listens on, while it runs
@@ -152,6 +154,17 @@ class Client:
                         yield msgspec.json.decode(line)
         except httpx.HTTPError as exc:
             raise self.unreachable(exc, "lost") from None
+
+    def events(
+        self, job_id: int, *, encoding: str = "text", output: bool = True
+    ) -> Iterator[JobEvent]:
+        """The job's events pushed by the server until its end, across dropped connections."""
+        try:
+            yield from job_events.follow(
+                self._http, job_id, refused=self.result, encoding=encoding, output=output
+            )
+        except job_events.Lost as exc:
+            raise self.unreachable(exc) from None
 
     def result(self, r: httpx.Response) -> Any:  # noqa: ANN401
         """`result(r)`, a refusal naming the credential's source (never the credential)."""

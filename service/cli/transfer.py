@@ -20,6 +20,7 @@ import httpx
 
 from service.cas import files, tree
 from service.cas.files import CHUNK
+from service.cli import progress
 from service.cli.client import Client, CliError
 from service.core.exits import Exit
 
@@ -41,9 +42,14 @@ def upload(client: Client, path: Path, *, tenant: str | None) -> dict[str, Any]:
     sent = 0
     if head.status_code == 404:
         with contextlib.ExitStack() as stack:
-            body = tree.iter_tar(path) if kind == "dir" else stack.enter_context(path.open("rb"))
+            chunks = tree.iter_tar(path) if kind == "dir" else _read(stack, path)
+            advance = stack.enter_context(progress.bar(f"{path.name} ↑", size))
             resp = client.request(
-                "PUT", f"/api/v1/cas/{sha}", params=params, content=body, timeout=None
+                "PUT",
+                f"/api/v1/cas/{sha}",
+                params=params,
+                content=progress.counted(chunks, advance),
+                timeout=None,
             )
         client.result(resp)
         sent = size
@@ -65,17 +71,27 @@ def download(client: Client, sha: str, dest: Path | None, *, tenant: str | None 
             if r.status_code >= 400:
                 r.read()
                 client.result(r)
-            if dest is None:
-                size = _verified(r.iter_bytes(CHUNK), sha, sys.stdout.buffer.write)
-                sys.stdout.buffer.flush()
-                return size
-            return _to_file(r.iter_bytes(CHUNK), sha, dest)
+            total = r.headers.get("content-length")
+            name = dest.name if dest is not None else sha[:12]
+            with progress.bar(f"{name} ↓", int(total) if total else None) as advance:
+                chunks = progress.counted(r.iter_bytes(CHUNK), advance)
+                if dest is None:
+                    size = _verified(chunks, sha, sys.stdout.buffer.write)
+                    sys.stdout.buffer.flush()
+                    return size
+                return _to_file(chunks, sha, dest)
     except httpx.HTTPError as exc:
         raise CliError(
             f"the download of {sha} was cut short ({type(exc).__name__}): "
             "the server found the blob corrupt, or went away",
             Exit.UNREACHABLE,
         ) from None
+
+
+def _read(stack: contextlib.ExitStack, path: Path) -> Iterator[bytes]:
+    """The file's bytes in CHUNK pieces, closed with `stack`."""
+    f = stack.enter_context(path.open("rb"))
+    return iter(lambda: f.read(CHUNK), b"")
 
 
 def _verified(chunks: Iterator[bytes], sha: str, sink: Callable[[bytes], object]) -> int:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, cast
 import msgspec
 from litestar import Request, get
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import FromPath, FromQuery, HeaderParameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, QueryParameter
 from litestar.response import Stream
 
 from service.api.identity import identify, runtime_of
@@ -27,41 +27,12 @@ from service.core.errors import Invalid, NotFound
 from service.core.states import JobState
 from service.db.records import JobRecord, OutputChunk
 from service.domain import jobs
+from service.events import EndEvent, JobEvent, OutputEvent, StateEvent
 
 MAX_ID = 2**63 - 1
 KEEPALIVE_SECONDS = 15.0  # an SSE comment, so proxies and clients see a live idle stream
 MEDIA_TYPE = "text/event-stream"
 
-
-class StateEvent(msgspec.Struct, tag_field="type", tag="state", kw_only=True):
-    """The job moved: queued (and what it waits for), leased on a worker, running, ended."""
-
-    state: str
-    attempt: int
-    worker: str | None
-    waiting_for: str
-    exit_code: int | None
-    error: str
-
-
-class OutputEvent(msgspec.Struct, tag_field="type", tag="output", kw_only=True):
-    """One chunk of output; `data` (text, invalid UTF-8 replaced) or `b64` (exact bytes)."""
-
-    id: int
-    stream: Literal["stdout", "stderr"]
-    data: str | None = None
-    b64: str | None = None
-
-
-class EndEvent(msgspec.Struct, tag_field="type", tag="end", kw_only=True):
-    """The job ended and every chunk of its output was sent; the stream closes."""
-
-    state: str
-    exit_code: int | None
-    error: str
-
-
-JobEvent = StateEvent | OutputEvent | EndEvent
 
 DOC = (
     "Server-sent events, one per change: `event:` is the data's `type` (state, output, end); "
@@ -100,16 +71,19 @@ async def _state(rt: Runtime, job: JobRecord) -> StateEvent:
 
 
 async def follow(
-    rt: Runtime, caller: Caller, job_id: int, *, after: int, encoding: str
+    rt: Runtime, caller: Caller, job_id: int, *, after: int, encoding: str, output: bool = True
 ) -> AsyncIterator[bytes]:
-    """The event stream of one job, from output id `after`, until it ends."""
+    """The event stream of one job, from output id `after`, until it ends (`output`: with it)."""
     store = rt.cas.store if rt.cas is not None else None
     cursor = after
     last: StateEvent | None = None
     with rt.followers.follow(job_id) as changed:
         while True:
             changed.clear()  # before the read: a change during it wakes the next round
-            job, chunks = await jobs.output(rt.db, caller, job_id, after=cursor, store=store)
+            if output:
+                job, chunks = await jobs.output(rt.db, caller, job_id, after=cursor, store=store)
+            else:
+                job, chunks = await jobs.get(rt.db, caller, job_id), []
             state = await _state(rt, job)
             if state != last:
                 yield _sse(state)
@@ -152,10 +126,12 @@ def _resume_point(after: int, last_event_id: str | None) -> int:
     },
 )
 async def events(
+    *,
     request: Request[Any, Any, Any],
     job_id: FromPath[int],
     after: FromQuery[int] = 0,
     encoding: FromQuery[Literal["text", "base64"]] = "text",
+    output: Annotated[bool, QueryParameter(description="false: state changes and end only")] = True,
     last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID")] = None,
 ) -> Stream:
     """Follow a job: its state changes and new output, pushed until it ends."""
@@ -166,7 +142,7 @@ async def events(
         raise NotFound(f"no job {job_id}")
     await jobs.get(rt.db, caller, job_id)  # 404 for a job the caller may not see, before streaming
     return Stream(
-        follow(rt, caller, job_id, after=start, encoding=encoding),
+        follow(rt, caller, job_id, after=start, encoding=encoding, output=output),
         media_type=MEDIA_TYPE,
         # nginx buffers a proxied answer unless told; an event must reach the client at once
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
