@@ -83,8 +83,33 @@ def test_events_carry_moves_output_and_end(server_factory, shared_dir):
 
 
 def test_events_refuse_what_show_refuses(server_factory):
+    """The checks of GET /api/v1/jobs/{id}: another tenant's job is not there (404), nor one
+    that does not exist; a bad Last-Event-ID is a 400 naming it; no credential is a 401."""
     s = server_factory()
     assert s.api("GET", "/api/v1/jobs/999999/events").status_code == 404
+    tokens = {}
+    for tenant in ("a", "b"):
+        r = s.api(
+            "POST",
+            "/api/v1/tokens",
+            json={"name": f"svc-{tenant}", "kind": "service", "tenants": [tenant]},
+        )
+        assert r.status_code == 201, r.text
+        tokens[tenant] = r.json()["token"]
+    r = s.api("POST", "/api/v1/jobs", json={"command": ["true"]}, token=tokens["a"])
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    wait_for(
+        lambda: s.api("GET", f"/api/v1/jobs/{job_id}").json()["state"] == "succeeded", 60, "end"
+    )
+    mine = s.api("GET", f"/api/v1/jobs/{job_id}/events", token=tokens["a"])
+    assert mine.status_code == 200 and parse(mine.text)[-1]["type"] == "end"
+    theirs = s.api("GET", f"/api/v1/jobs/{job_id}/events", token=tokens["b"])
+    assert theirs.status_code == 404, theirs.text
+    assert (
+        theirs.json()["error"]
+        == s.api("GET", f"/api/v1/jobs/{job_id}", token=tokens["b"]).json()["error"]
+    )
     r = s.api("GET", "/api/v1/jobs/1/events", headers={"Last-Event-ID": "x"})
     assert r.status_code == 400 and "Last-Event-ID" in r.json()["error"]
     assert s.api("GET", "/api/v1/jobs/1/events", token="nope").status_code == 401
