@@ -19,6 +19,7 @@ JOB_EVENTS_CHANNEL = "berth_job_events_v1"  # payload: the job's id (migration 0
 class Followers:
     def __init__(self) -> None:
         self._by_job: dict[int, set[asyncio.Event]] = {}
+        self.closed = False  # the server stops: streams end (without `end`; clients dial again)
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._by_job.values())
@@ -52,3 +53,8 @@ class Followers:
         for followers in self._by_job.values():
             for changed in followers:
                 changed.set()
+
+    def close(self) -> None:
+        """The server stops: every stream ends at its next wake-up, which is now."""
+        self.closed = True
+        self.wake_all()

@@ -198,6 +198,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         await stop.wait()
         logger.info("stopping")
         server.should_exit = True
+        rt.followers.close()  # end the event streams, or uvicorn waits for their jobs to end
         await web
         await told
     await provision.close()  # provisioned workers run on: the next leader adopts them

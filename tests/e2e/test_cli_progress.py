@@ -1,6 +1,7 @@
 """What a person sees from the CLI: a job's moves on a terminal (quiet on a pipe), transfer
 bars, and `job wait` pushed by the server's event stream, surviving a server restart."""
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +76,8 @@ def test_job_wait_shows_the_moves_on_a_terminal(server_factory, worker_factory, 
 
 @pytest.mark.timeout(600)
 def test_job_wait_survives_a_server_restart(server_factory, worker_factory, shared_dir):
-    """kill -9 of the server while `job wait` follows: it dials again and still sees the end."""
+    """A stop and a kill -9 of the server while `job wait` follows: it dials again each time
+    and still sees the job's end."""
     s = server_factory(POOL, builtin_worker=False)
     worker_factory(s, s.worker_token("w1"), "gpu")
     gate = shared_dir / "gate"
@@ -89,8 +91,14 @@ def test_job_wait_survives_a_server_restart(server_factory, worker_factory, shar
         text=True,
     )
     wait_for(lambda: _connected(proc.pid, s.port), 60, "job wait to follow the stream")
-    s.kill()
     assert s.proc is not None
+    # A stop (SIGTERM) ends the streams instead of waiting for their jobs to end ...
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=120) == 0, s.log()
+    s.start()
+    wait_for(lambda: _connected(proc.pid, s.port), 120, "job wait to dial the new server")
+    # ... and a kill -9 loses nothing either.
+    s.kill()
     s.proc.wait()
     s.start()
     wait_for(lambda: _connected(proc.pid, s.port), 120, "job wait to dial the new server")

@@ -78,7 +78,7 @@ async def follow(
     cursor = after
     last: StateEvent | None = None
     with rt.followers.follow(job_id) as changed:
-        while True:
+        while not rt.followers.closed:
             changed.clear()  # before the read: a change during it wakes the next round
             if output:
                 job, chunks = await jobs.output(rt.db, caller, job_id, after=cursor, store=store)
