@@ -95,6 +95,9 @@ class Executor(Section, frozen=True):
     output_tail_kb: float = 256.0  # a job's newest output kept in Postgres; the rest in the store
     pack_seconds: float = 10.0  # how often older output moves to the store (at most 30 s)
     loop_seconds: float = 1.0  # cadence of the leader's silence, sealing and approvals passes
+    # A leader loop whose passes fail this many times in a row with an unexpected error (a
+    # bug, not the database restarting) stops the server (docs/architecture.md, Errors).
+    loop_max_failures: int = 3
     # A dispatch pass runs when NOTIFY or a local event pokes it, and at least this often
     # (host samples move thresholds without any event).
     dispatch_fallback_seconds: float = 2.0
@@ -401,6 +404,8 @@ def _check_executor(e: Executor) -> None:
         )
     if not 1 <= e.relay_max_in_flight <= 10000:
         raise Invalid("executor.relay_max_in_flight must be a whole number from 1 to 10000")
+    if not 1 <= e.loop_max_failures <= 1000:
+        raise Invalid("executor.loop_max_failures must be a whole number from 1 to 1000")
     if not 0 <= e.kill_grace_seconds < 2 * e.heartbeat_seconds:
         # A worker that hears no ack stops its jobs two heartbeats before its leases can expire;
         # TERM, the grace, then KILL must fit inside those two heartbeats.

@@ -258,7 +258,7 @@ class Refused(Exception):
 async def running(api: Any, db_url: str) -> AsyncIterator[None]:
     """Run the hub and LISTEN beside the in-process app `api` (tests.integration.conftest.Api)
     until the block ends, as `berth serve` does beside its HTTP server."""
-    hub = api.rt.the_hub()
+    hub = api.rt.hub
     stop = asyncio.Event()
     listening = asyncio.Event()
     handlers: dict[str, Callable[[str], Awaitable[None] | None]] = {

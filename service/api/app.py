@@ -1,11 +1,13 @@
-"""create_app(runtime) -> Litestar. The runtime is passed in; nothing is read at import."""
+"""create_app(runtime) -> Litestar.
+
+The runtime is passed in, built whole (api/assembly.py); nothing is read at import and nothing
+is set on the runtime here.
+"""
 
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig
 
-from service.api import errors, guards, observe
-from service.api.channel import socket as worker_socket
-from service.api.channel.hub import Hub
+from service.api import errors, guards, observe, worker_socket
 from service.api.routes import (
     approvals,
     audit,
@@ -66,12 +68,7 @@ ROUTES = [
 
 
 def create_app(rt: Runtime) -> Litestar:
-    if rt.hub is None:
-        rt.hub = Hub(rt)
-    hub = rt.hub
-    rt.metrics.watch(sessions=lambda: len(hub.sessions.ids()))
-    rt.metrics.count_statements(rt.db.engine)
-    app = Litestar(
+    return Litestar(
         route_handlers=ROUTES,
         guards=[guards.require_perm],
         middleware=[observe.count_requests(rt.metrics)],
@@ -82,5 +79,3 @@ def create_app(rt: Runtime) -> Litestar:
         debug=False,
         logging_config=None,  # structlog is configured by `berth serve` (service.log)
     )
-    rt.app = app  # jobs' relayed calls run through it (api/channel/relay.py)
-    return app

@@ -6,14 +6,12 @@ only the configured headers are read, a claim header sent twice is refused, and 
 """
 
 import hmac
-import time
 import uuid
 from typing import Any
 
 import structlog
 from litestar.connection import ASGIConnection
 
-from service.api.jwks import Jwks
 from service.api.runtime import Runtime
 from service.api.ui import session as ui_session
 from service.auth import jwt as jwt_auth
@@ -59,9 +57,6 @@ def bearer(connection: Conn) -> str:
     return credential.strip() if scheme.lower() == "bearer" else ""
 
 
-CALLER_TTL = 5.0
-
-
 def _ui_session(connection: Conn, rt: Runtime) -> str:
     """The token a web UI session cookie holds; only UI routes read the cookie (api/ui)."""
     handler = connection.scope.get("route_handler")
@@ -76,13 +71,10 @@ async def _from_token(connection: Conn, rt: Runtime) -> Caller:
     if not credential:
         raise Unauthenticated("missing bearer token (Authorization: Bearer brt_…)")
     digest = tokens_auth.digest(credential)
-    cached = rt.callers.get(digest)
-    if cached is not None and cached[1] > time.monotonic():
-        return cached[0]
+    if (cached := rt.callers.get(digest)) is not None:
+        return cached
     caller = await tokens.authenticate(rt.db, credential)
-    if len(rt.callers) > 10_000:  # bounded: a flood of distinct tokens cannot grow it
-        rt.callers.clear()
-    rt.callers[digest] = (caller, time.monotonic() + CALLER_TTL)
+    rt.callers.put(digest, caller)
     return caller
 
 
@@ -128,8 +120,7 @@ async def _verified_claims(connection: Conn, rt: Runtime) -> dict[str, str]:
     token = value[7:].strip() if value.lower().startswith("bearer ") else value
     if not token:
         raise Unauthenticated("no token forwarded by the proxy")
-    if rt.jwks is None:
-        rt.jwks = Jwks(proxy.jwks_url)
+    assert rt.jwks is not None, "assemble() builds the JWKS when verify_jwt"
     payload = await rt.jwks.verify(token, issuer=proxy.issuer, audience=proxy.audience)
     return jwt_auth.claims_of(payload, proxy.jwt_claims)
 

@@ -1,7 +1,9 @@
 """The running server, one asyncio program.
 
 uvicorn, the hub, LISTEN, the leader's loops and the built-in worker, stopped together on
-SIGTERM/SIGINT.
+SIGTERM/SIGINT. A side task that fails with anything but an expected error (a leader loop after
+`executor.loop_max_failures` passes in a row) stops them all: the tracebacks are in the log and
+`berth serve` exits 200 (docs/architecture.md, Errors).
 """
 
 import asyncio
@@ -19,13 +21,14 @@ import uvloop
 from litestar import Litestar
 
 from service import __version__, log
-from service.api import limits_watch
 from service.api.app import create_app
+from service.api.assembly import assemble
 from service.api.followers import JOB_EVENTS_CHANNEL
 from service.api.runtime import Runtime
 from service.background.approvals import SettleApprovals
 from service.background.audit_seal import SealAudit
 from service.background.cas_gc import CollectArtifacts
+from service.background.loop import LoopFailed
 from service.background.output_pack import PackOutput
 from service.background.provision import Provision
 from service.background.silence import ExpireSilent
@@ -102,30 +105,22 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
     db = Database(url, secret_key=secret_key)  # signs the audit entries this server writes
     builtin_home = berth_home / "builtin" / _listen_key(host, port)
     builtin_token = await _builtin_credential(db, builtin_home) if builtin_worker else ""
-    rt = Runtime(
-        config=cfg,
-        db=db,
+    cas = server_store.open_server_store(cfg, home=berth_home, secret_key=secret_key)
+    rt = assemble(
+        cfg,
+        db,
         server_id=uuid.uuid4().hex,
         version=__version__,
-        pools=cfg.pool_specs(),
         secret_key=secret_key,
         builtin_token=builtin_token,
+        cas=cas,
+        # server_url "": a worker reaches a local store through the server it dialled, whichever.
+        cas_access=await server_store.access(cfg, cas, server_url="", secret_key=secret_key),
         embedded=embedded,
     )
-    cas = rt.cas = server_store.open_server_store(cfg, home=berth_home, secret_key=rt.secret_key)
-    # server_url "": a worker reaches a local store through the server it dialled, whichever.
-    rt.cas_access = await server_store.access(cfg, cas, server_url="", secret_key=rt.secret_key)
     app = create_app(rt)
-    hub = rt.the_hub()
-    try:  # the limits in force before the first dispatch pass
-        await limits_watch.refresh(rt)
-    except Unavailable as exc:
-        raise CliError(f"cannot read the limits: {exc.message}", Exit.UNREACHABLE) from None
-    limits = limits_watch.Watch(rt)
-    admin = await tokens.ensure_admin(db)
-    if admin is not None:
-        path = write_private(berth_home / "admin.token", admin + "\n")
-        print(f"admin token (shown once, also in {path}):\n{admin}", flush=True)
+    hub, limits = rt.hub, rt.limits_watch
+    await _before_serving(rt, berth_home)
     server, certfile = _http_server(app, cfg, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -139,94 +134,122 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
         cfg,
         home=berth_home,
         server_url=f"{scheme}://{_dial(host)}:{port}",
-        secret_key=rt.secret_key,
+        secret_key=secret_key,
         interval=cfg.executor.loop_seconds,
     )
-    async with asyncio.TaskGroup() as tg:
-        web = tg.create_task(server.serve(), name="http")
-        if embedded is not None:  # Postgres is ours to keep up: it comes back when it dies
-            tg.create_task(
-                embedded.supervise(
-                    stop,
-                    check_seconds=cfg.database.embedded_check_seconds,
-                    max_backoff_seconds=cfg.database.embedded_restart_max_seconds,
-                ),
-                name="embedded-postgres",
-            )
-        tg.create_task(hub.run(stop), name="hub")
-        tg.create_task(limits.run(stop), name="limits")
-
-        tg.create_task(_listen(url, rt, limits, stop), name="listen")
-        tg.create_task(
-            run_when_leader(
-                leader,
-                [
-                    ExpireSilent(db, cfg.executor),
-                    SettleApprovals(db, interval=cfg.executor.loop_seconds),
-                    SealAudit(db, secret_key, home=berth_home, interval=cfg.executor.loop_seconds),
-                    CollectArtifacts(db, cas, interval=cfg.cas.gc_seconds),
-                    PackOutput(
-                        db,
-                        cas.store,
-                        tail_kb=cfg.executor.output_tail_kb,
-                        interval=cfg.executor.pack_seconds,
+    try:
+        async with asyncio.TaskGroup() as tg:
+            web = tg.create_task(server.serve(), name="http")
+            if embedded is not None:  # Postgres is ours to keep up: it comes back when it dies
+                tg.create_task(
+                    embedded.supervise(
+                        stop,
+                        check_seconds=cfg.database.embedded_check_seconds,
+                        max_backoff_seconds=cfg.database.embedded_restart_max_seconds,
                     ),
-                    provision,
-                ],
-                stop,
-            ),
-            name="leader",
-        )
-        listening = tg.create_task(_listening(server, scheme, host, stop), name="listening")
-        if builtin_worker:
+                    name="embedded-postgres",
+                )
+            tg.create_task(hub.run(stop), name="hub")
+            tg.create_task(limits.run(stop), name="limits")
+
+            def reconnected() -> None:  # notifications sent while LISTEN was down are lost
+                hub.poke()
+                limits.poke()
+                rt.followers.wake_all()
+
             tg.create_task(
-                _builtin_worker(
-                    token=builtin_token,
-                    listening=listening,
-                    cafile=certfile or "",
-                    home=builtin_home,
-                    stop=stop,
+                notify.listen(
+                    url,
+                    {
+                        JOBS_CHANNEL: lambda _p: hub.poke(),
+                        WORKERS_CHANNEL: hub.on_worker_notice,
+                        LIMITS_CHANNEL: lambda _p: limits.poke(),
+                        JOB_EVENTS_CHANNEL: rt.followers.on_notice,
+                    },
+                    stop,
+                    on_reconnect=reconnected,
                 ),
-                name="builtin-worker",
+                name="listen",
             )
-        told = tg.create_task(
-            _tell_cli(
-                listening, berth_home, stop, known=_written_now(berth_home, scheme, host, port)
-            ),
-            name="server-url",
-        )
-        await stop.wait()
-        logger.info("stopping")
-        server.should_exit = True
-        rt.followers.close()  # end the event streams, or uvicorn waits for their jobs to end
-        await web
-        await told
-    await provision.close()  # provisioned workers run on: the next leader adopts them
-    await cas.store.aclose()
-    await db.dispose()
+            loops = [
+                ExpireSilent(db, cfg.executor),
+                SettleApprovals(db, interval=cfg.executor.loop_seconds),
+                SealAudit(db, secret_key, home=berth_home, interval=cfg.executor.loop_seconds),
+                CollectArtifacts(db, cas, interval=cfg.cas.gc_seconds),
+                PackOutput(
+                    db,
+                    cas.store,
+                    tail_kb=cfg.executor.output_tail_kb,
+                    interval=cfg.executor.pack_seconds,
+                ),
+                provision,
+            ]
+            tg.create_task(
+                run_when_leader(leader, loops, stop, max_failures=cfg.executor.loop_max_failures),
+                name="leader",
+            )
+            listening = tg.create_task(_listening(server, scheme, host, stop), name="listening")
+            if builtin_worker:
+                tg.create_task(
+                    _builtin_worker(
+                        token=builtin_token,
+                        listening=listening,
+                        cafile=certfile or "",
+                        home=builtin_home,
+                        stop=stop,
+                    ),
+                    name="builtin-worker",
+                )
+            told = tg.create_task(
+                _tell_cli(
+                    listening, berth_home, stop, known=_written_now(berth_home, scheme, host, port)
+                ),
+                name="server-url",
+            )
+            await stop.wait()
+            logger.info("stopping")
+            server.should_exit = True
+            rt.followers.close()  # end the event streams, or uvicorn waits for their jobs to end
+            await web
+            await told
+    except ExceptionGroup as group:
+        raise _stopped(group) from None
+    finally:
+        await provision.close()  # provisioned workers run on: the next leader adopts them
+        await cas.store.aclose()
+        await db.dispose()
     return 0
 
 
-async def _listen(url: str, rt: Runtime, limits: limits_watch.Watch, stop: asyncio.Event) -> None:
-    """This server's one LISTEN connection: wakes the hub, the limits and the job followers."""
-    hub = rt.the_hub()
+async def _before_serving(rt: Runtime, berth_home: Path) -> None:
+    """The limits in force before the first dispatch pass; the first admin token, once."""
+    try:
+        await rt.limits_watch.refresh()
+    except Unavailable as exc:
+        raise CliError(f"cannot read the limits: {exc.message}", Exit.UNREACHABLE) from None
+    admin = await tokens.ensure_admin(rt.db)
+    if admin is not None:
+        path = write_private(berth_home / "admin.token", admin + "\n")
+        print(f"admin token (shown once, also in {path}):\n{admin}", flush=True)
 
-    def reconnected() -> None:  # notifications sent while LISTEN was down are lost
-        hub.poke()
-        limits.poke()
-        rt.followers.wake_all()
 
-    await notify.listen(
-        url,
-        {
-            JOBS_CHANNEL: lambda _p: hub.poke(),
-            WORKERS_CHANNEL: hub.on_worker_notice,
-            LIMITS_CHANNEL: lambda _p: limits.poke(),
-            JOB_EVENTS_CHANNEL: rt.followers.on_notice,
-        },
-        stop,
-        on_reconnect=reconnected,
-    )
+def _stopped(group: ExceptionGroup) -> CliError:
+    """The one line `berth serve` ends with when a side task failed; the log has the rest."""
+    failed = list(_leaves(group))
+    for exc in failed:
+        if not isinstance(exc, LoopFailed):  # a loop logged each of its failures already
+            logger.error("server_task_failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+    first = failed[0]
+    what = str(first) if isinstance(first, LoopFailed) else f"{type(first).__name__}: {first}"
+    return CliError(f"the server stopped: {what} (the traceback is in the log)", Exit.BUG)
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
 
 
 async def _check_migrated(url: str) -> None:
@@ -298,9 +321,11 @@ async def _tell_cli(
     if not known:
         path = await asyncio.to_thread(write_server_url, berth_home, url)
         logger.info("server_url_written", path=str(path), url=url)
-    await stop.wait()
-    # Only if still ours: a second server on this home may have written its own since.
-    await asyncio.to_thread(remove_server_url, berth_home, url)
+    try:
+        await stop.wait()
+    finally:  # also when the server stops on a failure
+        # Only if still ours: a second server on this home may have written its own since.
+        await asyncio.to_thread(remove_server_url, berth_home, url)
 
 
 def _listen_key(host: str, port: int) -> str:
@@ -349,8 +374,10 @@ async def _builtin_worker(
         )
     )
     task = asyncio.create_task(worker.run())
-    await stop.wait()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-    await worker._stop_all("server stopping")
+    try:
+        await stop.wait()
+    finally:  # also when the server stops on a failure: its jobs must not outlive it
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await worker._stop_all("server stopping")

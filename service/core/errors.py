@@ -1,7 +1,11 @@
-"""berth's error type. The API maps each subclass to one HTTP status, once (api/errors.py).
+"""berth's error types. The API maps each BerthError to one HTTP status, once (api/errors.py).
 
 A BerthError's message is shown to the caller as is, so it names the problem and never an
 internal detail (a query, a stack, another tenant's data).
+
+`EXPECTED` names the failures a loop or side task retries with a warning (the database
+restarting or unreachable, a provider refusing); anything else is a bug, logged with its
+traceback, and a loop that keeps hitting it stops the server (docs/architecture.md, Errors).
 """
 
 
@@ -65,3 +69,13 @@ class OverBound(BerthError):
     """A bound that protects every tenant from one (SPEC section 8) would be passed."""
 
     status = 429
+
+
+class ProviderError(Exception):
+    """A provider could not do what was asked; the message says why (shown in `pool list`)."""
+
+
+# The failures that are part of normal life: retried with a warning, never fatal. The database
+# layer translates every driver error meaning "not reachable now" into Unavailable, so no
+# driver type is needed here.
+EXPECTED: tuple[type[Exception], ...] = (Unavailable, ProviderError)

@@ -44,7 +44,7 @@ from pathlib import Path
 import psutil
 import structlog
 
-from service.core.errors import Invalid, Unavailable
+from service.core.errors import BerthError, Invalid, Unavailable
 from service.db.embedded_access import (
     DATA_ROOT,
     data_root,
@@ -314,7 +314,9 @@ class Embedded:
                 log.warning("embedded_postgres_down", pgdata=str(self.pgdata))
             try:
                 started = await asyncio.to_thread(self.restart)
-            except Exception as exc:  # any failure: say it, wait longer, try again
+            # pg_ctl failing (Unavailable), a refused home (Invalid), the disk (OSError): say
+            # it, wait longer, try again. Anything else is a bug and stops the server.
+            except (BerthError, OSError) as exc:
                 self.last_error = str(getattr(exc, "message", exc)) or type(exc).__name__
                 backoff = min(backoff * 2, max_backoff_seconds)
                 log.warning(

@@ -19,7 +19,9 @@ from service.core.errors import Conflict, Unavailable
 # Where a transaction finds the key its audit entries are signed with (db/queries/audit.py).
 AUDIT_KEY = "berth.audit_row_key"
 
-_UNAVAILABLE = (
+# What the driver raises when Postgres is not reachable right now (down, restarting, the
+# connection cut): translated to Unavailable, the one expected database failure.
+UNAVAILABLE = (
     OSError,
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.ConnectionDoesNotExistError,
@@ -48,8 +50,8 @@ def is_unavailable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, DBAPIError):
         orig = getattr(exc.orig, "__cause__", None) or exc.orig
-        return isinstance(orig, _UNAVAILABLE) or bool(exc.connection_invalidated)
-    return isinstance(exc, _UNAVAILABLE)  # OSError covers ConnectionError and TimeoutError
+        return isinstance(orig, UNAVAILABLE) or bool(exc.connection_invalidated)
+    return isinstance(exc, UNAVAILABLE)  # OSError covers ConnectionError and TimeoutError
 
 
 # SQLSTATE classes of a refusal to let us in: connection exceptions, bad credentials, no such
@@ -100,7 +102,7 @@ class Database:
             if is_unavailable(exc):
                 raise Unavailable("the database is not reachable; retry shortly") from exc
             raise
-        except _UNAVAILABLE as exc:
+        except UNAVAILABLE as exc:
             raise Unavailable("the database is not reachable; retry shortly") from exc
 
     async def dispose(self) -> None:

@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping
 import asyncpg
 import structlog
 
-from service.db.engine import plain_url
+from service.db.engine import UNAVAILABLE, plain_url
+from service.tasks import spawn
 
 log = structlog.get_logger(__name__)
 
@@ -54,19 +55,14 @@ async def listen(
             delay = min(delay * 2, 5.0)
         finally:
             if conn is not None:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(*UNAVAILABLE, asyncpg.PostgresError):  # it is gone
                     await conn.close(timeout=2)
 
 
 def _deliver(handler: Handler) -> Callable[[object, int, str, str], None]:
-    def callback(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def callback(_conn: object, _pid: int, channel: str, payload: str) -> None:
         result = handler(payload)
         if asyncio.iscoroutine(result):
-            task = asyncio.ensure_future(result)
-            _pending.add(task)
-            task.add_done_callback(_pending.discard)
+            spawn(result, name=f"notice-{channel}")
 
     return callback
-
-
-_pending: set[asyncio.Future[None]] = set()  # keep handler tasks alive until they finish

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 
 import msgspec
 import structlog
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service import protocol
 from service.config import Config
 from service.core import bounds
-from service.core.errors import Unavailable
+from service.core.errors import BerthError, Unavailable
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import reports as reports_q
@@ -90,6 +91,11 @@ class Verdicts:
         return Verdicts(self.stale | other.stale, self.requeued + other.requeued)
 
 
+# What the database (or berth's own check) says of a report it will not take: a statement that
+# failed, a conflict. Anything else is a bug in berth, not in a report, and is not isolated.
+REFUSED = (BerthError, DBAPIError)
+
+
 async def apply(db: Database, batch: Reports, *, in_force: Config | None = None) -> Verdicts:
     """Apply a batch; raise Unavailable (keep the batch, retry) when the database is away.
 
@@ -101,7 +107,7 @@ async def apply(db: Database, batch: Reports, *, in_force: Config | None = None)
             return await _apply(conn, batch, in_force)
     except Unavailable:
         raise
-    except Exception as exc:  # a report the database refuses: isolate it, keep the rest
+    except REFUSED as exc:  # a report the database refuses: isolate it, keep the rest
         log.warning("report_batch_refused", error=repr(exc), reports=len(batch))
     verdicts = Verdicts()
     for one in batch.singles():
@@ -110,12 +116,12 @@ async def apply(db: Database, batch: Reports, *, in_force: Config | None = None)
                 verdicts = verdicts.merge(await _apply(conn, one, in_force))
         except Unavailable:
             raise  # what was applied stays; a retry applies it again harmlessly
-        except Exception as exc:
+        except REFUSED as exc:
             verdicts = verdicts.merge(await _reject(db, one, exc))
     return verdicts
 
 
-async def _reject(db: Database, one: Reports, exc: Exception) -> Verdicts:
+async def _reject(db: Database, one: Reports, exc: BerthError | DBAPIError) -> Verdicts:
     """A report the database refused on its own: log it; a result still ends its job."""
     log.error("report_refused", error=repr(exc), report=_describe(one))
     if not one.finished:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from websockets.exceptions import ConnectionClosed
+
 from service import protocol
 from service.cas.base import CasError, Store, check_name
 from service.cas.files import CHUNK
@@ -73,7 +75,7 @@ class Relay:
         for writer in list(self._open):
             writer.close()
         if self._server is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(TimeoutError):  # (an OSError: the socket is gone anyway)
                 await asyncio.wait_for(self._server.wait_closed(), timeout=CLOSE_TIMEOUT)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -92,7 +94,7 @@ class Relay:
             pass  # a request that never came whole: nothing to answer
         finally:
             self._open.discard(writer)
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(OSError):  # TimeoutError and a reset peer among them
                 writer.close()
                 await asyncio.wait_for(writer.wait_closed(), timeout=CLOSE_TIMEOUT)
 
@@ -245,7 +247,7 @@ class Calls:
             got = await asyncio.wait_for(answer, timeout=RELAY_TIMEOUT)
         except (TimeoutError, ConnectionError, OSError):
             return 503, {"error": "the server did not answer the relayed call"}
-        except Exception as exc:  # the socket closed under the call (websockets' own errors)
+        except ConnectionClosed as exc:  # the socket closed under the call
             return 503, {"error": f"the worker lost the server: {exc}"}
         finally:
             self._waiting.pop(ask.id, None)

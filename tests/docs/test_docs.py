@@ -20,7 +20,7 @@ import msgspec.inspect as mi
 from litestar.routes import HTTPRoute, WebSocketRoute
 
 from service.api.app import create_app
-from service.api.runtime import Runtime
+from service.api.assembly import assemble
 from service.config import Config
 from service.core import bounds, exits
 from service.db.engine import Database
@@ -324,9 +324,9 @@ def test_every_config_key_has_its_row_with_the_codes_default() -> None:
 
 def app_routes() -> set[tuple[str, str]]:
     """(method, path template) of every route the app serves; websockets as `GET (websocket)`."""
-    rt = Runtime(
-        config=Config(),
-        db=Database("postgresql://berth@127.0.0.1:1/never-connected", pool_size=1),
+    rt = assemble(
+        Config(),
+        Database("postgresql://berth@127.0.0.1:1/never-connected", pool_size=1),
         server_id="docs",
         version="0",
     )

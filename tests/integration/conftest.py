@@ -6,6 +6,7 @@ test's own event loop (httpx's ASGI transport), so it shares the database pool w
 """
 
 import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,8 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
+from litestar import Litestar
 
 from service.api.app import create_app
+from service.api.assembly import assemble
 from service.api.runtime import Runtime
 from service.config import Config, load
 from service.db.engine import Database
@@ -31,6 +34,7 @@ class Api:
     client: httpx.AsyncClient
     rt: Runtime
     admin: str
+    app: Litestar  # what the client calls; a fake worker dials it too
 
     async def call(
         self, method: str, path: str, token: str | None = None, **kw: Any
@@ -45,6 +49,15 @@ class Api:
         return str(r.json()["token"])
 
 
+def rebuilt(api: Api, **changes: Any) -> Api:
+    """The same server with some of its runtime's values changed (e.g. `cas=`): a new app on
+    the same database, hub and admin, as `berth serve` would have built it from the start."""
+    rt = dataclasses.replace(api.rt, **changes)
+    app = create_app(rt)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://berth.test")
+    return Api(client=client, rt=rt, admin=api.admin, app=app)
+
+
 def config(extra: dict | None = None) -> Config:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
     env["BERTH_CONFIG_JSON"] = json.dumps(extra or POOLS)
@@ -55,19 +68,13 @@ def config(extra: dict | None = None) -> Config:
 async def api(db_url: str) -> AsyncIterator[Api]:
     cfg = config()
     database = Database(db_url)
-    rt = Runtime(
-        config=cfg,
-        db=database,
-        server_id="test",
-        version="test",
-        pools=cfg.pool_specs(),
-        secret_key=KEY,
-    )
+    rt = assemble(cfg, database, server_id="test", version="test", secret_key=KEY)
     admin = await tokens.ensure_admin(database)
     assert admin is not None
-    transport = httpx.ASGITransport(app=create_app(rt))
+    app = create_app(rt)
+    transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://berth.test") as client:
-        yield Api(client=client, rt=rt, admin=admin)
+        yield Api(client=client, rt=rt, admin=admin, app=app)
     await database.dispose()
 
 
@@ -83,20 +90,16 @@ async def api_with(db_url: str) -> AsyncIterator[Callable[[dict[str, Any]], Awai
             cfg = config(extra)
             database = Database(db_url)
             stack.push_async_callback(database.dispose)
-            rt = Runtime(
-                config=cfg,
-                db=database,
-                server_id=f"test-{len(admins)}",
-                version="test",
-                pools=cfg.pool_specs(),
-                secret_key=KEY,
+            rt = assemble(
+                cfg, database, server_id=f"test-{len(admins)}", version="test", secret_key=KEY
             )
             admin = await tokens.ensure_admin(database)
             admins.append(admin or admins[0])
-            transport = httpx.ASGITransport(app=create_app(rt))
+            app = create_app(rt)
+            transport = httpx.ASGITransport(app=app)
             client = await stack.enter_async_context(
                 httpx.AsyncClient(transport=transport, base_url="http://berth.test")
             )
-            return Api(client=client, rt=rt, admin=admins[-1])
+            return Api(client=client, rt=rt, admin=admins[-1], app=app)
 
         yield make

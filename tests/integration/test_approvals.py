@@ -7,6 +7,7 @@ the API with tokens of their own. Deadlines are made overdue in the table, never
 
 import asyncio
 import json
+import types
 from typing import Any
 
 import pytest
@@ -38,7 +39,7 @@ class Job:
             path=path,
             body=json.dumps(body).encode() if body is not None else b"",
         )
-        await relay.answer(self.api.rt, self.session, ask)
+        await relay.answer(self.api.rt.db, self.session, ask)
         got = self.session._queue.get_nowait()
         assert isinstance(got, protocol.RelayResponse)
         return got.status, json.loads(got.body) if got.body else None
@@ -69,7 +70,10 @@ async def running_job(api: Api, alice: str, tenant: str = "a", worker: str = "gp
     assert r.status_code == 201, r.text
     done = await dispatch.run_pass(api.rt.db, [attached.worker.id], api.rt.pools)
     [(_, leased)] = done.grants
-    return Job(api, Session(worker=attached.worker, socket=None), leased.id, leased.attempt)  # type: ignore[arg-type]
+    # No socket: the relay answers into the session's queue; it reaches the app through the
+    # socket's `app`, as on a real worker's socket.
+    socket = types.SimpleNamespace(app=api.app)
+    return Job(api, Session(worker=attached.worker, socket=socket), leased.id, leased.attempt)  # type: ignore[arg-type]
 
 
 async def members(api: Api, tenant: str = "a") -> tuple[str, str]:

@@ -22,7 +22,7 @@ from service.db.queries import workers as workers_q
 from service.domain import artifact_gc
 from service.domain.artifacts import blobs, references, server_store
 from service.domain.artifacts.server_store import ServerStore
-from tests.integration.conftest import KEY, Api
+from tests.integration.conftest import KEY, Api, rebuilt
 
 TENANT = "/api/v1/cas"
 WORKER = "/api/v1/workers/cas"
@@ -40,8 +40,9 @@ def sha(data: bytes) -> str:
 @pytest.fixture
 def cas(api: Api, tmp_path: Path) -> Api:
     """The in-process app with the server's default store: a folder under a fresh $BERTH_HOME."""
-    api.rt.cas = server_store.open_server_store(api.rt.config, home=tmp_path, secret_key=KEY)
-    return api
+    return rebuilt(
+        api, cas=server_store.open_server_store(api.rt.config, home=tmp_path, secret_key=KEY)
+    )
 
 
 def server(api: Api) -> ServerStore:
@@ -347,7 +348,7 @@ class TestCollector:
     async def test_tiny_gc_days_and_unreferenced_blobs(self, cas, tmp_path):
         """With a tiny gc_days, an upload expires at once; a blob nobody references is noted by
         a sweep and goes on the next pass."""
-        cas.rt.cas = ServerStore(store=server(cas).store, heals=True, gc_days=1e-9)
+        cas = rebuilt(cas, cas=ServerStore(store=server(cas).store, heals=True, gc_days=1e-9))
         data = blob(10, seed=15)
         assert (await put(cas, data)).status_code == 201
         stray = blob(10, seed=16)
@@ -362,7 +363,7 @@ class TestCollector:
 
     async def test_the_leader_loop_collects(self, cas):
         """Two passes of the leader's loop (sweeping each pass) remove a stray blob."""
-        cas.rt.cas = ServerStore(store=server(cas).store, heals=True, gc_days=1e-6)
+        cas = rebuilt(cas, cas=ServerStore(store=server(cas).store, heals=True, gc_days=1e-6))
         stray = blob(10, seed=19)
         await server(cas).store.put(_once(stray), sha256=sha(stray))
         loop = CollectArtifacts(cas.rt.db, server(cas), interval=0.0, sweep_seconds=0.0)

@@ -217,8 +217,11 @@ class TestInForce:
         """A write on server A reaches server B by NOTIFY berth_limits_v1; B's pools follow."""
         a = await api_with({"pools": {"gpu": {"slots": {"default": 3}}}})
         b = await api_with({"pools": {"gpu": {"slots": {"default": 3}}}})
-        await limits_watch.refresh(b.rt)
-        watch = limits_watch.Watch(b.rt, every=3600)  # no safety-net read in this test
+        await b.rt.limits_watch.refresh()
+        rt = b.rt  # a watch of B's limits with no safety-net read in this test
+        watch = limits_watch.Watch(
+            rt.db, rt.config, rt.limits_watch.state, on_change=rt.hub.poke, every=3600
+        )
         stop, ready = asyncio.Event(), asyncio.Event()
         heard: list[str] = []
 
@@ -252,7 +255,7 @@ class TestInForce:
         a = await api_with({"pools": {"old": {}, "gpu": {}}})
         b = await api_with({"pools": {"gpu": {}}})
         assert (await put(a, "pools.old.max_load", 2, "old pool")).status_code == 200
-        assert await limits_watch.refresh(b.rt) is False  # nothing b applies changed
+        assert await b.rt.limits_watch.refresh() is False  # nothing b applies changed
         assert "old" not in b.rt.pools
         [row] = await listed(b)
         assert row["in_force"] is False and "no pool 'old'" in row["not_in_force_because"]

@@ -77,7 +77,7 @@ async def call(s: Api, method: str, path: str, headers: Any, **kw: Any) -> httpx
 
 
 def worker(s: Api, headers: dict[str, str], **kw: Any) -> FakeWorker:
-    return FakeWorker(app=s.rt.app, headers=headers, **kw)
+    return FakeWorker(app=s.app, headers=headers, **kw)
 
 
 class TestProxyMode:

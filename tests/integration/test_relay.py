@@ -29,7 +29,7 @@ async def channel(
 
 async def leased(api: Api) -> tuple[FakeWorker, protocol.Lease]:
     """A fake worker holding the lease of a new job of tenant ml."""
-    fake = FakeWorker.with_token(api.rt.app, await api.mint("raw", "worker"))
+    fake = FakeWorker.with_token(api.app, await api.mint("raw", "worker"))
     await fake.connect()
     r = await api.call(
         "POST", "/api/v1/jobs", json={"command": ["true"], "pool": "gpu", "tenant": "ml"}

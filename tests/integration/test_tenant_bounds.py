@@ -14,7 +14,7 @@ from service.db.records import WorkerRecord
 from service.domain import reports
 from service.domain.artifacts import blobs, server_store
 from service.domain.reports import Reports
-from tests.integration.conftest import KEY, POOLS, Api
+from tests.integration.conftest import KEY, POOLS, Api, rebuilt
 from tests.integration.test_artifacts import (
     WORKER,
     attach_worker,
@@ -33,8 +33,9 @@ KB = 1000  # the bounds count decimal units: 0.00001 GB is 10 000 bytes
 async def with_store(api_with: Any, extra: dict[str, Any], home: Path) -> Api:
     """An app on berth.toml's POOLS plus `extra`, with the default store under `home`."""
     api = await api_with({**POOLS, **extra})
-    api.rt.cas = server_store.open_server_store(api.rt.effective, home=home, secret_key=KEY)
-    return api
+    return rebuilt(
+        api, cas=server_store.open_server_store(api.rt.effective, home=home, secret_key=KEY)
+    )
 
 
 async def submit(api: Api, token: str, body: Any) -> Any:

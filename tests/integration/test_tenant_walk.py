@@ -15,7 +15,7 @@ import pytest
 from service import protocol
 from service.domain.artifacts import server_store
 from tests.fakeworker import FakeWorker, running
-from tests.integration.conftest import KEY, Api
+from tests.integration.conftest import KEY, Api, rebuilt
 
 CONFIG = {
     "pools": {"gpu": {"slots": {"default": 2}}},
@@ -65,7 +65,9 @@ async def proxied(
     api_with: Callable[[dict[str, Any]], Awaitable[Api]], db_url: str, tmp_path: Path
 ) -> AsyncIterator[Api]:
     api = await api_with(CONFIG)
-    api.rt.cas = server_store.open_server_store(api.rt.config, home=tmp_path, secret_key=KEY)
+    api = rebuilt(
+        api, cas=server_store.open_server_store(api.rt.config, home=tmp_path, secret_key=KEY)
+    )
     async with running(api, db_url):
         yield api
 
@@ -78,7 +80,7 @@ class TestTenancy:
     async def test_alpha_cannot_reach_bravo_through_any_route(self, proxied: Api):
         """Every route, every method, as alpha's member and operator: nothing of bravo's leaks."""
         s = proxied
-        worker = FakeWorker(app=s.rt.app, headers=WORKER)
+        worker = FakeWorker(app=s.app, headers=WORKER)
         await worker.connect()
         r = await call(
             s, "POST", "/api/v1/jobs", BRAVO, json={"command": ["true"], "tenant": "bravo"}

@@ -31,7 +31,7 @@ async def channel(api: Api, db_url: str) -> AsyncIterator[Api]:
 
 async def worker(api: Api, name: str, **kw: object) -> FakeWorker:
     """A fake worker holding a fresh worker token `name`, attached and welcomed."""
-    fake = FakeWorker.with_token(api.rt.app, await api.mint(name, "worker"), **kw)
+    fake = FakeWorker.with_token(api.app, await api.mint(name, "worker"), **kw)
     await fake.connect()
     return fake
 
@@ -66,7 +66,7 @@ class TestFencing:
         assert (lease.job, lease.epoch) == (j, 1)
         await first.vanish()
         # The same credential, a new process holding nothing: its old lease is freed at attach.
-        again = FakeWorker.with_token(channel.rt.app, first.headers["Authorization"][7:])
+        again = FakeWorker.with_token(channel.app, first.headers["Authorization"][7:])
         await again.connect()
         lease = await again.lease()
         assert (lease.job, lease.epoch) == (j, 2)
@@ -329,7 +329,7 @@ class TestBadFrames:
         """A hello the server cannot take: refused with the reason, closed, no worker listed."""
         for n, case in enumerate(BAD_HELLOS):
             first, says = case.values
-            fake = FakeWorker.with_token(channel.rt.app, await channel.mint(f"w{n}", "worker"))
+            fake = FakeWorker.with_token(channel.app, await channel.mint(f"w{n}", "worker"))
             with pytest.raises(Refused) as refused:
                 await fake.connect(first)
             assert says in refused.value.reason, (case.id, refused.value.reason)
@@ -345,7 +345,7 @@ class TestBadFrames:
             ({"Authorization": "Bearer brt_" + "y" * 43}, "unknown token"),
             ({}, "missing bearer token"),
         ]:
-            fake = FakeWorker(app=channel.rt.app, headers=headers)
+            fake = FakeWorker(app=channel.app, headers=headers)
             with pytest.raises(Refused) as refused:
                 await fake.connect()
             assert says in refused.value.reason, refused.value.reason

@@ -12,16 +12,19 @@ import structlog
 
 from service import protocol
 from service.api.channel.session import Session
-from service.api.runtime import Runtime
 from service.core.errors import Unavailable
+from service.db.engine import Database
 from service.domain import leasing
+from service.metrics import Metrics
 
 log = structlog.get_logger(__name__)
 
 
 class Heartbeats:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self, db: Database, *, server_id: str, metrics: Metrics) -> None:
+        self.db = db
+        self.server_id = server_id
+        self.metrics = metrics
         # worker id -> (session, seq, host sample, when it arrived)
         self._beats: dict[str, tuple[Session, int, protocol.Host, float]] = {}
         self._ready = asyncio.Event()
@@ -40,8 +43,8 @@ class Heartbeats:
             batch, self._beats = self._beats, {}
             try:
                 written = await leasing.beats(
-                    self.rt.db,
-                    server_id=self.rt.server_id,
+                    self.db,
+                    server_id=self.server_id,
                     beats=[(wid, host) for wid, (_, _, host, _) in batch.items()],
                 )
             except Unavailable as exc:  # no ack: the worker's watchdog counts the silence
@@ -52,7 +55,7 @@ class Heartbeats:
             for wid, (session, seq, _, arrived) in batch.items():
                 if wid in written:
                     session.send(protocol.Ack(seq=seq))
-                    self.rt.metrics.ack_latency.observe(acked - arrived)
+                    self.metrics.ack_latency.observe(acked - arrived)
                 else:  # the worker re-attached to another server: this socket is stale
                     session.close_soon(4000, "attached elsewhere")
             # No poke: a host sample crossing a threshold is picked up by the fallback pass.

@@ -8,13 +8,14 @@ rotation it did not finish.
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import structlog
 
 from service import protocol
 from service.api.channel.session import Session
-from service.api.runtime import Runtime
 from service.core.errors import BerthError
+from service.db.engine import Database
 from service.domain import joining
 
 log = structlog.get_logger(__name__)
@@ -23,17 +24,21 @@ CONFIRM_WAIT = 30.0  # seconds a worker has to store a new credential before the
 
 
 class Credentials:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(
+        self, db: Database, *, rotate_hours: float, forget_caller: Callable[[str], None]
+    ) -> None:
+        self.db = db
+        self.rotate_hours = rotate_hours
+        self.forget_caller = forget_caller
         self._stored: dict[int, asyncio.Event] = {}  # id(session) -> its confirmation
 
     async def rotate_when_due(self, session: Session) -> None:
         """For this session's life: rotate its credential whenever it is due."""
-        hours = self.rt.config.executor.credential_rotate_hours
+        hours = self.rotate_hours
         name = session.worker.name
         while not session.closed:
             try:
-                due = await joining.rotation_due(self.rt.db, name, hours=hours)
+                due = await joining.rotation_due(self.db, name, hours=hours)
             except BerthError:
                 due = 60.0  # the database is away: look again later
             if due is None:
@@ -46,13 +51,13 @@ class Credentials:
     async def _rotate(self, session: Session, name: str) -> None:
         confirmed = self._stored[id(session)] = asyncio.Event()
         try:
-            credential = await joining.begin_rotation(self.rt.db, name)
+            credential = await joining.begin_rotation(self.db, name)
             if credential is None or not session.send(protocol.Credential(token=credential)):
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(confirmed.wait(), timeout=CONFIRM_WAIT)
-            if confirmed.is_set() and await joining.finish_rotation(self.rt.db, name):
-                self.rt.forget_caller(name)
+            if confirmed.is_set() and await joining.finish_rotation(self.db, name):
+                self.forget_caller(name)
                 log.info("worker_credential_rotated", worker=name)
             else:
                 log.warning("worker_credential_not_confirmed", worker=name)

@@ -7,16 +7,19 @@ event). One frame per worker per pass, however many leases it got.
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import structlog
 
 from service import protocol
 from service.api.channel.session import Sessions
-from service.api.runtime import Runtime
 from service.core.errors import BerthError, Unavailable
+from service.core.placement import PoolSpec, Quotas
+from service.db.engine import Database
 from service.db.records import JobRecord
 from service.domain import dispatch, leasing, secrets
+from service.metrics import Metrics
 
 log = structlog.get_logger(__name__)
 
@@ -53,9 +56,24 @@ def frames(leases: list[protocol.Lease]) -> list[protocol.Frame]:
 
 
 class Dispatcher:
-    def __init__(self, rt: Runtime, sessions: Sessions) -> None:
-        self.rt = rt
+    def __init__(
+        self,
+        db: Database,
+        sessions: Sessions,
+        *,
+        pools: Callable[[], dict[str, PoolSpec]],
+        quotas: Callable[[], Quotas],
+        secret_key: bytes,
+        fallback_seconds: float,
+        metrics: Metrics,
+    ) -> None:
+        self.db = db
         self.sessions = sessions
+        self.pools = pools  # the pools in force now (they change with the operator limits)
+        self.quotas = quotas  # the tenants' quotas in force now, enforced in the claim
+        self.metrics = metrics
+        self.secret_key = secret_key
+        self.fallback_seconds = fallback_seconds
         self._poke = asyncio.Event()
 
     def poke(self) -> None:
@@ -64,15 +82,13 @@ class Dispatcher:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._poke.wait(), timeout=self.rt.config.executor.dispatch_fallback_seconds
-                )
+                await asyncio.wait_for(self._poke.wait(), timeout=self.fallback_seconds)
             self._poke.clear()
             if stop.is_set():
                 return
             try:
                 done = await dispatch.run_pass(
-                    self.rt.db, self.sessions.ids(), self.rt.pools, self.rt.quotas
+                    self.db, self.sessions.ids(), self.pools(), self.quotas()
                 )
             except Unavailable as exc:  # the database is restarting: try again shortly
                 log.warning("dispatch_pass_failed", error=exc.message)
@@ -96,7 +112,7 @@ class Dispatcher:
         for job in jobs:
             if (lease := await self._lease(job)) is not None:
                 leases.append(lease)
-                self.rt.metrics.started(job.pool, job.kind, (now - job.created_at).total_seconds())
+                self.metrics.started(job.pool, job.kind, (now - job.created_at).total_seconds())
         session = self.sessions.get(worker_id)
         if not leases:
             return
@@ -113,11 +129,15 @@ class Dispatcher:
         if job.secrets:
             try:
                 values = await secrets.for_lease(
-                    self.rt.db, self.rt.secret_key, tenant=job.tenant, wanted=job.secrets
+                    self.db, self.secret_key, tenant=job.tenant, wanted=job.secrets
                 )
+            except Unavailable as exc:  # not sent: the worker's next attach or the silence frees it
+                log.warning("lease_not_sent", job=job.id, error=exc.message)
+                return None
             except BerthError as exc:  # a secret removed since submit, or another server's key
                 log.warning("lease_refused_secret", job=job.id, reason=exc.message)
-                await leasing.fail_lease(self.rt.db, job, f"cannot start: {exc.message}")
+                with contextlib.suppress(Unavailable):  # if not now, the silence window frees it
+                    await leasing.fail_lease(self.db, job, f"cannot start: {exc.message}")
                 return None
         return protocol.Lease(
             job=job.id,

@@ -13,19 +13,30 @@ import structlog
 
 from service import protocol
 from service.api.channel.session import Session, Sessions
-from service.api.runtime import Runtime
+from service.config import Executor
 from service.core.errors import BerthError
 from service.core.states import WorkerState
+from service.db.engine import Database
 from service.domain import leasing, provisioning
 
 log = structlog.get_logger(__name__)
 
 
 class Notices:
-    def __init__(self, rt: Runtime, sessions: Sessions, poke: Callable[[], None]) -> None:
-        self.rt = rt
+    def __init__(
+        self,
+        db: Database,
+        sessions: Sessions,
+        *,
+        executor: Executor,
+        poke: Callable[[], None],
+        forget_caller: Callable[[str], None],
+    ) -> None:
+        self.db = db
         self.sessions = sessions
+        self.executor = executor
         self.poke = poke
+        self.forget_caller = forget_caller
 
     async def on_worker_notice(self, payload: str) -> None:
         try:
@@ -36,7 +47,7 @@ class Notices:
             return
         op = notice.get("op")
         if op in ("revoke", "rotated"):  # the credential it had is no good any more
-            self.rt.forget_caller(name)
+            self.forget_caller(name)
         session = self.sessions.by_name(name)
         if session is None:
             return
@@ -63,7 +74,7 @@ class Notices:
         log.warning("worker_token_revoked", worker=session.worker.name)
         session.revoked = True
         session.send(protocol.Exit(reason="its token was revoked", code=3))
-        ex = self.rt.config.executor
+        ex = self.executor
         session.close_later(ex.kill_grace_seconds + 2 * ex.heartbeat_seconds, 4003, "revoked")
 
     async def exit_if_drained(self, session: Session) -> None:
@@ -76,8 +87,8 @@ class Notices:
         if session.worker.state != WorkerState.DRAINING:
             return
         try:
-            empty = await leasing.holds_nothing(self.rt.db, session.worker.id)
-            provisioned = empty and await provisioning.is_alive(self.rt.db, session.worker.name)
+            empty = await leasing.holds_nothing(self.db, session.worker.id)
+            provisioned = empty and await provisioning.is_alive(self.db, session.worker.name)
         except BerthError:
             return
         if provisioned:

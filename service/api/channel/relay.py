@@ -16,9 +16,9 @@ import structlog
 
 from service import protocol
 from service.api.channel.session import Session
-from service.api.runtime import Runtime
 from service.auth.callers import Caller, Kind, Role
 from service.core.errors import BerthError
+from service.db.engine import Database
 from service.domain import leasing
 
 log = structlog.get_logger(__name__)
@@ -56,21 +56,20 @@ def too_many(ask: protocol.RelayRequest, bound: int) -> protocol.RelayResponse:
     )
 
 
-async def answer(rt: Runtime, session: Session, ask: protocol.RelayRequest) -> None:
+async def answer(db: Database, session: Session, ask: protocol.RelayRequest) -> None:
     """Run one relayed call and send its answer to the worker."""
-    with rt.metrics.relay_sessions.track_inprogress():
-        status, body = await _run(rt, session, ask)
+    status, body = await _run(db, session, ask)
     session.send(protocol.RelayResponse(id=ask.id, status=status, body=body[:MAX_ANSWER]))
 
 
-async def _run(rt: Runtime, session: Session, ask: protocol.RelayRequest) -> tuple[int, bytes]:
+async def _run(db: Database, session: Session, ask: protocol.RelayRequest) -> tuple[int, bytes]:
     if not allowed(ask.method, ask.path):
         return 403, b'{"error": "a job may not make this call"}'
     if "follow" in urllib.parse.parse_qs(ask.path.partition("?")[2]):
         # A relayed answer is one frame: a follow would hold the call open for the job's life.
         return 400, _error("a job may not follow output through the relay; wait for the job")
     try:
-        job = await leasing.live_job(rt.db, session.worker, job=ask.job, epoch=ask.epoch)
+        job = await leasing.live_job(db, session.worker, job=ask.job, epoch=ask.epoch)
     except BerthError as exc:
         return exc.status, _error(exc.message)
     if job is None:
@@ -79,7 +78,8 @@ async def _run(rt: Runtime, session: Session, ask: protocol.RelayRequest) -> tup
         Kind.JOB, str(job.id), Role.MEMBER, frozenset({job.tenant}), on_behalf=job.created_by
     )
     log.info("relayed_call", job=job.id, method=ask.method, path=ask.path.split("?")[0])
-    return await _call_app(rt, caller, ask.method, ask.path, ask.body)
+    # The app this worker's socket is served by: the call runs through the same routes.
+    return await _call_app(session.socket.app, caller, ask.method, ask.path, ask.body)
 
 
 def _error(message: str) -> bytes:
@@ -87,7 +87,11 @@ def _error(message: str) -> bytes:
 
 
 async def _call_app(
-    rt: Runtime, caller: Caller, method: str, target: str, body: bytes
+    app: Any,  # noqa: ANN401  (any ASGI app; Litestar's own in the server)
+    caller: Caller,
+    method: str,
+    target: str,
+    body: bytes,
 ) -> tuple[int, bytes]:
     """One request through this server's own app, as `caller` (identity already settled)."""
     path, _, query = target.partition("?")
@@ -128,7 +132,6 @@ async def _call_app(
             if size <= MAX_ANSWER:  # beyond: dropped as it comes, never held
                 parts.append(part)
 
-    app: Any = rt.app
     await app(scope, receive, send)
     if size > MAX_ANSWER:
         return 413, _error(f"the answer is over {MAX_ANSWER} bytes, more than a relayed call holds")

@@ -14,16 +14,27 @@ import structlog
 
 from service import protocol
 from service.api.channel.session import Session
-from service.api.runtime import Runtime
+from service.config import Config
 from service.core.errors import Unavailable
+from service.db.engine import Database
 from service.domain import reports
+from service.metrics import Metrics
 
 log = structlog.get_logger(__name__)
 
 
 class ReportBatcher:
-    def __init__(self, rt: Runtime, on_freed: Callable[[list[Session]], Awaitable[None]]) -> None:
-        self.rt = rt
+    def __init__(
+        self,
+        db: Database,
+        *,
+        in_force: Callable[[], Config],
+        on_freed: Callable[[list[Session]], Awaitable[None]],
+        metrics: Metrics,
+    ) -> None:
+        self.db = db
+        self.metrics = metrics
+        self.in_force = in_force  # berth.toml with the operator limits in force now
         self._on_freed = on_freed
         self._batch = reports.Reports()
         self._upto: dict[str, tuple[Session, int]] = {}  # worker id -> (session, highest seq)
@@ -45,7 +56,7 @@ class ReportBatcher:
             batch, self._batch = self._batch, reports.Reports()
             upto, self._upto = self._upto, {}
             try:
-                verdicts = await reports.apply(self.rt.db, batch, in_force=self.rt.effective)
+                verdicts = await reports.apply(self.db, batch, in_force=self.in_force())
             except Unavailable as exc:  # keep it all, newer reports after it, and try again
                 log.warning("reports_not_written", error=exc.message, count=len(batch))
                 batch.extend(self._batch)
@@ -72,7 +83,7 @@ class ReportBatcher:
         refused = {(job, epoch) for _, job, epoch in stale}
         for _, started in batch.started:
             if (started.job, started.epoch) not in refused:
-                self.rt.metrics.transitions.labels("running").inc()
+                self.metrics.transitions.labels("running").inc()
         for _, done in batch.finished:
             if (done.job, done.epoch) not in refused:
-                self.rt.metrics.transitions.labels(done.state).inc()
+                self.metrics.transitions.labels(done.state).inc()

@@ -7,18 +7,23 @@ fills up means the worker is not reading; it is cut off and may dial again.
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from litestar.connection import WebSocket
+from litestar.exceptions import WebSocketDisconnect
 
 from service import protocol
 from service.db.records import WorkerRecord
+from service.tasks import spawn
 
 log = structlog.get_logger(__name__)
 
+# What sending on a socket that went away raises: Litestar's disconnect, uvicorn's
+# ClientDisconnected (an OSError), and the ASGI server's refusal of a message after close.
+SOCKET_GONE = (WebSocketDisconnect, OSError, RuntimeError)
 SEND_QUEUE = 4096  # frames waiting for one worker before it counts as not reading
 CLOSE_FLUSH = 1.0  # seconds a closing session may take to send what is queued (exit, refusal)
 
@@ -49,13 +54,13 @@ class Session:
         except asyncio.QueueFull:
             log.warning("worker_not_reading", worker=self.worker.name, queued=SEND_QUEUE)
             self.closed = True
-            _spawn(self._close_socket(4008, "not reading"))
+            spawn(self._close_socket(4008, "not reading"), name=f"cut-{self.worker.name}")
             return False
         return True
 
     def close_soon(self, code: int, reason: str) -> None:
         """`close` on a task of its own: a caller serving many workers never waits on one."""
-        _spawn(self.close(code, reason))
+        spawn(self.close(code, reason), name=f"close-{self.worker.name}")
 
     def close_later(self, delay: float, code: int, reason: str) -> None:
         """Close after `delay` seconds unless the socket ends first."""
@@ -64,14 +69,15 @@ class Session:
             await asyncio.sleep(delay)
             await self.close(code, reason)
 
-        _spawn(later())
+        spawn(later(), name=f"close-later-{self.worker.name}")
 
     async def _send_loop(self) -> None:
         while True:
             frame = await self._queue.get()
+            text = protocol.encode(frame).decode()
             try:
-                await self.socket.send_text(protocol.encode(frame).decode())
-            except Exception:  # a dead socket in any of its forms: the reader loop cleans up
+                await self.socket.send_text(text)
+            except SOCKET_GONE:  # the reader loop cleans up
                 self.closed = True
                 return
             finally:
@@ -86,7 +92,7 @@ class Session:
         await self._close_socket(code, reason)
 
     async def _close_socket(self, code: int, reason: str) -> None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*SOCKET_GONE):
             await self.socket.close(code=code, reason=reason[:120])
 
     async def stop(self) -> None:
@@ -94,17 +100,10 @@ class Session:
         self.closed = True
         if self._sender is not None:
             self._sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._sender
-
-
-_background: set[asyncio.Future[None]] = set()
-
-
-def _spawn(work: Coroutine[Any, Any, None]) -> None:
-    task = asyncio.ensure_future(work)
-    _background.add(task)
-    task.add_done_callback(_background.discard)
+            await asyncio.wait([self._sender])
+            # Not raised here: the caller is tidying up a gone socket and must finish that.
+            if not self._sender.cancelled() and (exc := self._sender.exception()) is not None:
+                log.error("worker_sender_failed", worker=self.worker.name, exc_info=exc)
 
 
 class Sessions:

@@ -80,7 +80,7 @@ async def exec_session(socket: WebSocket[Any, Any, Any], job_id: FromPath[int]) 
         return
     except (TimeoutError, WebSocketDisconnect):
         return
-    hub = rt.the_hub()
+    hub = rt.hub
     try:
         exit_code, error = await _relay(socket, target, ask, relayed)
     finally:
@@ -116,7 +116,7 @@ async def _open(
         ask = msgspec.json.decode(raw, type=Ask)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise Invalid(f"bad exec request: {exc}") from None
-    hub = rt.the_hub()
+    hub = rt.hub
     async with hub.execs.db_turns:
         target = await execs.admit(rt.db, caller, job_id, _policy(rt))
         session = hub.sessions.get(target.worker_id)

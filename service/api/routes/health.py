@@ -9,6 +9,7 @@ from typing import Any
 
 from litestar import Request, get
 from sqlalchemy import text
+from sqlalchemy.exc import ProgrammingError
 
 from service.api.identity import runtime_of
 from service.core.errors import Unavailable
@@ -27,8 +28,16 @@ async def readyz(request: Request[Any, Any, Any]) -> dict[str, str]:
     try:
         async with rt.db.begin() as conn:
             await conn.execute(text("SELECT 1 FROM alembic_version"))
-    except Unavailable:
-        raise
-    except Exception as exc:  # an unmigrated database answers, but is not ready
+    except ProgrammingError as exc:  # an unmigrated database answers, but is not ready
+        if _sqlstate(exc) != UNDEFINED_TABLE:
+            raise
         raise Unavailable("the database is not migrated") from exc
     return {"status": "ready"}
+
+
+UNDEFINED_TABLE = "42P01"  # no alembic_version: nothing was ever migrated into this database
+
+
+def _sqlstate(exc: ProgrammingError) -> str:
+    cause = getattr(exc.orig, "__cause__", None) or exc.orig
+    return str(getattr(cause, "sqlstate", "") or "")

@@ -143,7 +143,7 @@ async def submit(request: Request[Any, Any, Any]) -> dict[str, Any]:
         request_id=request_id(request),
         cas=rt.cas,
     )
-    rt.the_hub().poke()  # this server's workers need not wait for the NOTIFY round trip
+    rt.hub.poke()  # this server's workers need not wait for the NOTIFY round trip
     if batch:
         return {"ids": [j.id for j in created]}
     return job_json(created[0])

@@ -11,7 +11,7 @@ import msgspec
 from litestar import Request, delete, get, put
 from litestar.params import FromPath
 
-from service.api import body, limits_watch
+from service.api import body
 from service.api.body import decode
 from service.api.identity import identify, request_id, runtime_of
 from service.api.runtime import Runtime
@@ -74,4 +74,4 @@ async def unset_limit(request: Request[Any, Any, Any], key: FromPath[str]) -> di
 async def _apply(rt: Runtime) -> None:
     """In force here before the answer; other servers follow the NOTIFY."""
     with contextlib.suppress(Unavailable):  # committed: the watch's next read applies it
-        await limits_watch.refresh(rt)
+        await rt.limits_watch.refresh()

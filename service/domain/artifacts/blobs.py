@@ -127,7 +127,7 @@ async def put_referenced(
         return await put(server, sha256, chunks)
     except BaseException:
         # Also on cancellation (the client went away); a row this misses lets go in a day.
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(BerthError):  # the database is away: the day does it
             async with db.begin() as conn:
                 await artifacts_q.drop(conn, ref_id=ref_id)
         raise

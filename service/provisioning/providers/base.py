@@ -11,14 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+# Defined with the other expected failures (core.errors.EXPECTED); providers import it from here.
+from service.core.errors import ProviderError as ProviderError  # noqa: PLC0414  (re-export)
+
 # Labels (Kubernetes labels, Modal tags, process markers) that name what a worker belongs to.
 LABEL_INSTALLATION = "berth.dev/installation"
 LABEL_POOL = "berth.dev/pool"
 LABEL_WORKER = "berth.dev/worker"
-
-
-class ProviderError(Exception):
-    """The provider could not do what was asked; the message says why (shown in `pool list`)."""
 
 
 class InstanceState(enum.StrEnum):

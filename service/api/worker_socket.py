@@ -18,13 +18,14 @@ from litestar.exceptions import WebSocketDisconnect
 
 from service import protocol
 from service.api.channel.hub import Hub
-from service.api.channel.session import Session
+from service.api.channel.session import SOCKET_GONE, Session
 from service.api.identity import bearer, identify, runtime_of
 from service.api.runtime import Runtime
 from service.auth.permissions import Perm, allowed
 from service.core.errors import BerthError
 from service.domain import joining, leasing
 from service.domain.artifacts import server_store
+from service.tasks import spawn
 
 log = structlog.get_logger(__name__)
 
@@ -51,7 +52,7 @@ def _decode(raw: str | bytes) -> protocol.ToServer:
 @websocket(protocol.WORKER_PATH, opt={"perm": Perm.WORKER_PROTOCOL, "auth_in_handler": True})
 async def attach(socket: WebSocket[Any, Any, Any]) -> None:
     rt = runtime_of(socket)
-    hub = rt.the_hub()
+    hub = rt.hub
     await socket.accept()
     try:
         attached, credential = await _admit(socket, rt)
@@ -62,18 +63,20 @@ async def attach(socket: WebSocket[Any, Any, Any]) -> None:
         await _refuse(socket, reason)
         return
     except (TimeoutError, WebSocketDisconnect):
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*SOCKET_GONE):
             await socket.close(code=4002)
         return
     session = Session(worker=attached.worker, socket=socket)
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(*SOCKET_GONE):
         await socket.send_text(protocol.encode(_welcome(rt, attached)).decode())
     session.start()
     if credential:  # joined: the worker stores its own credential now
         session.send(protocol.Credential(token=credential))
     hub.add(session)
     structlog.contextvars.bind_contextvars(worker=attached.worker.name)
-    rotation = asyncio.create_task(hub.credentials.rotate_when_due(session))
+    rotation = spawn(
+        hub.credentials.rotate_when_due(session), name=f"rotate-{attached.worker.name}"
+    )
     try:
         await _serve(session, hub)
     except BadFrame as exc:
@@ -85,7 +88,7 @@ async def attach(socket: WebSocket[Any, Any, Any]) -> None:
         await session.stop()
         hub.execs.worker_gone(session)  # after stop: no exec opens on a closed session
         if hub.remove(session):
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(BerthError):  # the silence window detaches it instead
                 await leasing.detach(
                     rt.db, worker_id=session.worker.id, server_id=rt.server_id, gone=session.left
                 )
@@ -147,7 +150,7 @@ def _welcome(rt: Runtime, attached: leasing.Attached) -> protocol.Welcome:
 
 async def _refuse(socket: WebSocket[Any, Any, Any], reason: str) -> None:
     log.warning("worker_refused", reason=reason)
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(*SOCKET_GONE):
         await socket.send_text(protocol.encode(protocol.Refused(reason=reason)).decode())
         await socket.close(code=4001, reason=reason[:120])
 
