@@ -8,6 +8,7 @@ a job's relayed call runs through the app serving its worker's socket.
 
 from service.api.caller_cache import CallerCache
 from service.api.channel.hub import Hub
+from service.api.followers import Followers
 from service.api.jwks import Jwks
 from service.api.limits_watch import InForceHere, Watch
 from service.api.runtime import Runtime
@@ -31,7 +32,7 @@ def assemble(
     cas_access: CasAccess | None = None,
     embedded: Embedded | None = None,
 ) -> Runtime:
-    """The Runtime of one server: its hub, limits watch, caller cache and JWKS, built once."""
+    """The Runtime of one server: its hub, limits watch, callers, JWKS and followers, built once."""
     in_force = InForceHere(config)
     callers = CallerCache()
     metrics = Metrics()  # this process's own registry
@@ -54,4 +55,5 @@ def assemble(
         cas_access=cas_access,
         embedded=embedded,
         metrics=metrics,
+        followers=Followers(),
     )

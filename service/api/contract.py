@@ -1,6 +1,7 @@
 """What the OpenAPI document says beyond the handlers' types: errors, and bodies not in JSON.
 
-A followed output is NDJSON and a blob is octet-stream; the operation classes below say so.
+A followed output is NDJSON, a job's events are server-sent events and a blob is octet-stream;
+the operation classes below say so.
 
 Every error answer is views.ErrorView. `errors(...)` names those an operation can give besides
 the ones every operation can: 400 (a parameter or body that does not validate, a NUL in the
@@ -11,7 +12,7 @@ tests/integration/conftest.py).
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import (
@@ -26,9 +27,11 @@ from litestar.openapi.spec import (
     Schema,
 )
 
+from service.events import JobEvent
 from service.views import ErrorView
 
 NDJSON = "application/x-ndjson"
+EVENT_STREAM = "text/event-stream"
 OCTETS = "application/octet-stream"
 
 WHY = {
@@ -81,6 +84,24 @@ class LogsOperation(Operation):
                     "then one LogEndView when the job has ended.",
                 )
             )
+
+
+def events(*statuses: int) -> dict[int, ResponseSpec]:
+    """The answers of GET .../events: the stream (its events' Structs named), and the errors."""
+    stream = ResponseSpec(
+        data_container=cast("Any", JobEvent),  # a union of Structs: each one a schema
+        media_type=EVENT_STREAM,
+        description="Server-sent events until the job ends: `event:` is the type (state, output, "
+        "end), `data:` the event as one JSON object; output events carry `id:` (the chunk id, "
+        "for Last-Event-ID or `after` on reconnect). Lines starting with ':' are keepalives.",
+        generate_examples=False,
+    )
+    return {200: stream, **errors(*statuses)}
+
+
+@dataclass
+class EventsOperation(Operation):
+    """GET .../events: a streamed answer, the server-sent events `events()` declares."""
 
 
 def _length(description: str) -> OpenAPIHeader:

@@ -16,8 +16,10 @@ from typing import Any
 from litestar import Request
 from litestar.di import NamedDependency, Provide
 
+from service.api.followers import Followers
 from service.api.identity import identify, runtime_of
 from service.api.identity import request_id as request_id_of
+from service.api.limits_watch import InForceHere
 from service.api.runtime import Runtime
 from service.auth import callers
 from service.config import Config
@@ -72,6 +74,19 @@ def provide_pools(request: Req) -> dict[str, PoolSpec]:
 def provide_quotas(request: Req) -> Quotas:
     """The tenants' quotas in the limits this server last read (what the claim holds them to)."""
     return runtime(request).quotas
+
+
+def provide_limits_here(request: Req) -> InForceHere:
+    """The limits in force, kept fresh: for a stream, which outlives its request's moment.
+
+    It reads `.pools` and `.effective` each time it needs them, not once at the start.
+    """
+    return runtime(request).limits_watch.state
+
+
+def provide_followers(request: Req) -> Followers:
+    """Who follows which job's events on this server, woken by NOTIFY berth_job_events_v1."""
+    return runtime(request).followers
 
 
 def provide_cas(request: Req) -> ServerStore | None:
@@ -136,6 +151,8 @@ DEPENDENCIES: dict[str, Provide] = {
     "in_force": _sync(provide_in_force),
     "pools": _sync(provide_pools),
     "quotas": _sync(provide_quotas),
+    "limits_here": _sync(provide_limits_here),
+    "followers": _sync(provide_followers),
     "cas": _sync(provide_cas),
     "store": _sync(provide_store),
     "secret_key": _sync(provide_secret_key),
@@ -158,6 +175,8 @@ Effective = NamedDependency[Config]
 InForce = NamedDependency[limits.InForce]
 Pools = NamedDependency[dict[str, PoolSpec]]
 TenantQuotas = NamedDependency[Quotas]
+LimitsHere = NamedDependency[InForceHere]
+JobFollowers = NamedDependency[Followers]
 Cas = NamedDependency[ServerStore | None]
 Store = NamedDependency[ServerStore]
 SecretKey = NamedDependency[bytes]

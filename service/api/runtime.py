@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from service.api.caller_cache import CallerCache
 from service.api.channel.hub import Hub
+from service.api.followers import Followers
 from service.api.jwks import Jwks
 from service.api.limits_watch import Watch
 from service.config import Config
@@ -38,6 +39,7 @@ class Runtime:
     cas_access: CasAccess | None = None  # how workers reach it (their welcome says)
     embedded: Embedded | None = None  # the Postgres this server keeps up, when it has no URL
     metrics: Metrics  # this process's own registry (/metrics)
+    followers: Followers  # of the job event streams, by job (fed by NOTIFY berth_job_events_v1)
 
     @property
     def limits(self) -> InForce:

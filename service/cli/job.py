@@ -3,7 +3,6 @@
 import argparse
 import base64
 import sys
-import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -14,12 +13,13 @@ from msgspec import UNSET
 
 from service import views
 from service.cli import exec as exec_cli
-from service.cli import transfer
+from service.cli import progress, transfer
 from service.cli.client import CliError, add_server_arg, connect, listing, print_json
 from service.client import BerthClient, InputRequest, JobRequest
 from service.core import resources
 from service.core.exits import Exit
 from service.core.states import JobState, exit_status
+from service.events import EndEvent, OutputEvent, StateEvent
 
 
 def add(sub: Any) -> None:  # noqa: ANN401
@@ -205,7 +205,10 @@ def _submit(client: BerthClient, args: argparse.Namespace) -> int:
         return interruptible(
             client, job_id, args.cancel_on_interrupt, lambda: _wait(client, job_id, as_json=True)
         )
-    return interruptible(client, job_id, args.cancel_on_interrupt, lambda: follow(client, job_id))
+    moves = progress.Moves(job_id)
+    return interruptible(
+        client, job_id, args.cancel_on_interrupt, lambda: follow(client, job_id, moves=moves)
+    )
 
 
 def interruptible(
@@ -226,29 +229,41 @@ def interruptible(
         return Exit.INTERRUPTED
 
 
-def follow(client: BerthClient, job_id: int, *, as_json: bool = False) -> int:
+def follow(
+    client: BerthClient, job_id: int, *, as_json: bool = False, moves: progress.Moves | None = None
+) -> int:
     """Stream a job's output to our stdout/stderr; return the exit status it ended with.
 
-    `as_json`: the server's lines as they come (chunks as text, then the result), one JSON
-    object a line.
+    Pushed by the server (GET /api/v1/jobs/{id}/events), resumed across dropped connections.
+    `as_json`: each chunk as text, then the result, one JSON object a line. `moves`: the job's
+    state changes, shown on stderr at a terminal.
     """
-    after = 0
     encoding: Literal["text", "base64"] = "text" if as_json else "base64"
-    while True:
-        for line in client.follow_logs(job_id, after=after, encoding=encoding):
+    for event in client.follow_events(job_id, encoding=encoding):
+        if isinstance(event, OutputEvent):
+            chunk = views.ChunkView(
+                id=event.id, stream=event.stream, data=event.data, b64=event.b64
+            )
             if as_json:
-                sys.stdout.write(msgspec.json.encode(line).decode() + "\n")
+                sys.stdout.write(msgspec.json.encode(chunk).decode() + "\n")
                 sys.stdout.flush()
-            if isinstance(line, views.ChunkView):
-                after = line.id
-                if not as_json:
-                    _write(line)
             else:
-                state = JobState(line.state)
-                if state is not JobState.SUCCEEDED and line.error and not as_json:
-                    sys.stderr.write(f"berth: job {job_id} {state}: {line.error}\n")
-                return exit_status(state, line.exit_code)
-        time.sleep(0.5)  # the stream ended early (a server restart): pick up where it stopped
+                _write(chunk)
+        elif isinstance(event, StateEvent):
+            if moves is not None:
+                moves.show(event)
+        else:
+            state = JobState(event.state)
+            if as_json:
+                end = views.LogEndView(
+                    state=event.state, exit_code=event.exit_code, error=event.error
+                )
+                sys.stdout.write(msgspec.json.encode(end).decode() + "\n")
+                sys.stdout.flush()
+            elif state is not JobState.SUCCEEDED and event.error and not (moves and moves.ended):
+                sys.stderr.write(f"berth: job {job_id} {state}: {event.error}\n")
+            return exit_status(state, event.exit_code)
+    raise CliError(f"the events of job {job_id} ended without its end", Exit.SERVER_ERROR)
 
 
 def list_jobs(args: argparse.Namespace) -> int:
@@ -366,14 +381,16 @@ def wait(args: argparse.Namespace) -> int:
 
 
 def _wait(client: BerthClient, job_id: int, *, as_json: bool) -> int:
-    while True:
-        job = client.job(job_id)
-        state = JobState(job.state)
-        if state.terminal:
+    """Until the job ends (pushed, not polled), its moves on stderr at a terminal."""
+    moves = progress.Moves(job_id)
+    for event in client.follow_events(job_id, output=False):
+        if isinstance(event, StateEvent):
+            moves.show(event)
+        elif isinstance(event, EndEvent):
             if as_json:
-                print_json(job)
-            return exit_status(state, job.exit_code)
-        time.sleep(0.2)
+                print_json(client.job(job_id))
+            return exit_status(JobState(event.state), event.exit_code)
+    raise CliError(f"the events of job {job_id} ended without its end", Exit.SERVER_ERROR)
 
 
 def logs(args: argparse.Namespace) -> int:

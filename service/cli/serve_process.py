@@ -24,6 +24,7 @@ from litestar import Litestar
 from service import __version__, log
 from service.api.app import create_app
 from service.api.assembly import assemble
+from service.api.followers import JOB_EVENTS_CHANNEL
 from service.api.runtime import Runtime
 from service.background.approvals import SettleApprovals
 from service.background.audit_seal import SealAudit
@@ -171,6 +172,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
             def reconnected() -> None:  # notifications sent while LISTEN was down are lost
                 hub.poke()
                 limits.poke()
+                rt.followers.wake_all()
 
             tg.create_task(
                 notify.listen(
@@ -179,6 +181,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
                         JOBS_CHANNEL: lambda _p: hub.poke(),
                         WORKERS_CHANNEL: hub.on_worker_notice,
                         LIMITS_CHANNEL: lambda _p: limits.poke(),
+                        JOB_EVENTS_CHANNEL: rt.followers.on_notice,
                     },
                     stop,
                     on_reconnect=reconnected,
@@ -223,6 +226,7 @@ async def _serve(  # noqa: PLR0917  (called once, from main)
             await stop.wait()
             logger.info("stopping")
             server.should_exit = True
+            rt.followers.close()  # end the event streams, or uvicorn waits for their jobs to end
             await web
             await told
     except ExceptionGroup as group:

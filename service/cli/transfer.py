@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Literal
 
 from service.cas import files, tree
+from service.cas.files import CHUNK
+from service.cli import progress
 from service.cli.client import CliError
 from service.client import BerthClient, Unreachable
 from service.core.exits import Exit
@@ -49,8 +51,9 @@ def upload(client: BerthClient, path: Path, *, tenant: str | None) -> Uploaded:
     sent = 0
     if not client.has_blob(sha, tenant=tenant):
         with contextlib.ExitStack() as stack:
-            body = tree.iter_tar(path) if kind == "dir" else stack.enter_context(path.open("rb"))
-            client.put_blob(sha, body, tenant=tenant)
+            chunks = tree.iter_tar(path) if kind == "dir" else _read(stack, path)
+            advance = stack.enter_context(progress.bar(f"{path.name} ↑", size))
+            client.put_blob(sha, progress.counted(chunks, advance), tenant=tenant)
         sent = size
     return Uploaded(name=path.resolve().name, sha256=sha, kind=kind, size=size, sent=sent)
 
@@ -62,12 +65,15 @@ def download(client: BerthClient, sha: str, dest: Path | None, *, tenant: str | 
     chunk held back until the digest is known, so a wrong blob never arrives whole).
     """
     try:
-        with client.blob(sha, tenant=tenant) as chunks:
-            if dest is None:
-                size = _verified(chunks, sha, sys.stdout.buffer.write)
-                sys.stdout.buffer.flush()
-                return size
-            return _to_file(chunks, sha, dest)
+        with client.blob(sha, tenant=tenant) as blob:
+            name = dest.name if dest is not None else sha[:12]
+            with progress.bar(f"{name} ↓", blob.size) as advance:
+                chunks = progress.counted(blob, advance)
+                if dest is None:
+                    size = _verified(chunks, sha, sys.stdout.buffer.write)
+                    sys.stdout.buffer.flush()
+                    return size
+                return _to_file(chunks, sha, dest)
     except Unreachable as exc:
         if not exc.lost:
             raise  # never connected: said as for any command
@@ -76,6 +82,12 @@ def download(client: BerthClient, sha: str, dest: Path | None, *, tenant: str | 
             "the server found the blob corrupt, or went away",
             Exit.UNREACHABLE,
         ) from None
+
+
+def _read(stack: contextlib.ExitStack, path: Path) -> Iterator[bytes]:
+    """The file's bytes in CHUNK pieces, closed with `stack`."""
+    f = stack.enter_context(path.open("rb"))
+    return iter(lambda: f.read(CHUNK), b"")
 
 
 def _verified(chunks: Iterator[bytes], sha: str, sink: Callable[[bytes], object]) -> int:

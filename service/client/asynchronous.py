@@ -17,14 +17,26 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from service import views
-from service.client import calls
+from service.client import calls, events
 from service.client.bodies import JobRequest
 from service.client.calls import Call, Encoding, WorkerOrder, answer
 from service.client.connection import TIMEOUT, options
 from service.client.errors import Unreachable, error_of
 from service.client.sync import CHUNK
+from service.events import JobEvent
 
 T = TypeVar("T")
+
+
+class AsyncBlob(AsyncIterator[bytes]):
+    """A blob's bytes as they arrive (`async for` them), and its `size` when the server said it."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], size: int | None) -> None:
+        self._chunks = chunks
+        self.size = size
+
+    async def __anext__(self) -> bytes:
+        return await anext(self._chunks)
 
 
 class AsyncBerthClient:
@@ -125,6 +137,25 @@ class AsyncBerthClient:
             async for line in r.aiter_lines():
                 if line.strip():
                     yield calls.follow_line(line)
+
+    def follow_events(
+        self,
+        job_id: int,
+        *,
+        after: int = 0,
+        encoding: Encoding = "text",
+        output: bool = True,
+        give_up_after: float = events.GIVE_UP_AFTER,
+    ) -> AsyncIterator[JobEvent]:
+        """`BerthClient.follow_events`: `async for event in berth.follow_events(job_id): ...`."""
+        return events.follow_async(
+            self._http,
+            job_id,
+            after=after,
+            encoding=encoding,
+            output=output,
+            give_up_after=give_up_after,
+        )
 
     # -- workers and pools -----------------------------------------------------------------
 
@@ -245,13 +276,12 @@ class AsyncBerthClient:
         return await self.call(calls.put_blob(sha256, tenant=tenant), content)
 
     @contextlib.asynccontextmanager
-    async def blob(
-        self, sha256: str, *, tenant: str | None = None
-    ) -> AsyncIterator[AsyncIterator[bytes]]:
+    async def blob(self, sha256: str, *, tenant: str | None = None) -> AsyncIterator[AsyncBlob]:
         """The blob's bytes as they arrive: `async with berth.blob(sha) as chunks: ...`.
 
-        The server stops short of the end (Unreachable, `lost`) when it finds the blob corrupt;
-        a caller that must not keep a bad copy also checks the digest itself.
+        `chunks.size` is the size the server announced (None when it did not). The server stops
+        short of the end (Unreachable, `lost`) when it finds the blob corrupt; a caller that
+        must not keep a bad copy also checks the digest itself.
         """
         async with self._stream(calls.blob(sha256, tenant=tenant)) as r:
-            yield r.aiter_bytes(CHUNK)
+            yield AsyncBlob(r.aiter_bytes(CHUNK), calls.size_of(r))

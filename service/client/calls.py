@@ -150,6 +150,17 @@ def follow_line(line: str) -> views.ChunkView | views.LogEndView:
     return msgspec.convert(raw, views.LogEndView)
 
 
+def job_events(
+    job_id: int, *, after: int = 0, encoding: Encoding = "text", output: bool = True
+) -> Call[None]:
+    """GET .../events: the job's server-sent events, read by `service.client.events`."""
+    params = _params(after=after, encoding=encoding)
+    if not output:
+        params["output"] = "false"  # (`_params` leaves a False out: the server's default is true)
+    path = f"/api/v1/jobs/{int(job_id)}/events"
+    return Call("GET", path, lambda _: None, params)
+
+
 # -- workers and pools -----------------------------------------------------------------------
 
 
@@ -297,6 +308,12 @@ def put_blob(sha256: str, *, tenant: str | None = None) -> Call[views.StoredView
     """PUT: the body is the caller's stream (`content`), sent as it is read."""
     path = f"/api/v1/cas/{_name(sha256)}"
     return Call("PUT", path, typed(views.StoredView), _params(tenant=tenant))
+
+
+def size_of(response: httpx.Response) -> int | None:
+    """A streamed blob's size, as its Content-Length says (None without one)."""
+    length = response.headers.get("content-length", "")
+    return int(length) if length.isdigit() else None
 
 
 def blob(sha256: str, *, tenant: str | None = None) -> Call[None]:

@@ -18,15 +18,27 @@ from typing import IO, Any, Self, TypeVar
 import httpx
 
 from service import views
-from service.client import calls
+from service.client import calls, events
 from service.client.bodies import JobRequest
 from service.client.calls import Call, Encoding, WorkerOrder, answer
 from service.client.connection import TIMEOUT, options
 from service.client.errors import Unreachable, error_of
+from service.events import JobEvent
 
 T = TypeVar("T")
 
 CHUNK = 1 << 20  # bytes a blob is read in
+
+
+class Blob(Iterator[bytes]):
+    """A blob's bytes as they arrive (iterate it), and its `size` when the server said it."""
+
+    def __init__(self, chunks: Iterator[bytes], size: int | None) -> None:
+        self._chunks = chunks
+        self.size = size
+
+    def __next__(self) -> bytes:
+        return next(self._chunks)
 
 
 class BerthClient:
@@ -125,6 +137,30 @@ class BerthClient:
             for line in r.iter_lines():
                 if line.strip():
                     yield calls.follow_line(line)
+
+    def follow_events(
+        self,
+        job_id: int,
+        *,
+        after: int = 0,
+        encoding: Encoding = "text",
+        output: bool = True,
+        give_up_after: float = events.GIVE_UP_AFTER,
+    ) -> Iterator[JobEvent]:
+        """The job's state changes and output chunks (after `after`), pushed until its end.
+
+        Each is a `service.events` Struct: StateEvent, OutputEvent, and last an EndEvent.
+        `output=False`: the states and the end only. A dropped connection is dialled again,
+        resuming after the last chunk; down for `give_up_after` seconds: `Unreachable`.
+        """
+        return events.follow(
+            self._http,
+            job_id,
+            after=after,
+            encoding=encoding,
+            output=output,
+            give_up_after=give_up_after,
+        )
 
     # -- workers and pools -----------------------------------------------------------------
 
@@ -247,11 +283,12 @@ class BerthClient:
         return self.call(calls.put_blob(sha256, tenant=tenant), content)
 
     @contextlib.contextmanager
-    def blob(self, sha256: str, *, tenant: str | None = None) -> Iterator[Iterator[bytes]]:
+    def blob(self, sha256: str, *, tenant: str | None = None) -> Iterator[Blob]:
         """The blob's bytes as they arrive: `with berth.blob(sha) as chunks: ...`.
 
-        The server stops short of the end (Unreachable, `lost`) when it finds the blob corrupt;
-        a caller that must not keep a bad copy also checks the digest itself.
+        `chunks.size` is the size the server announced (None when it did not). The server stops
+        short of the end (Unreachable, `lost`) when it finds the blob corrupt; a caller that
+        must not keep a bad copy also checks the digest itself.
         """
         with self._stream(calls.blob(sha256, tenant=tenant)) as r:
-            yield r.iter_bytes(CHUNK)
+            yield Blob(r.iter_bytes(CHUNK), calls.size_of(r))

@@ -5,6 +5,7 @@ cookie, the ci-pipeline service account and the workers with a bearer secret the
 """
 
 import json
+import select
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -289,3 +290,31 @@ class TestExec:
         assert bad.stderr.strip().splitlines() == [
             "berth: error: no rule grants you access to berth"
         ], bad.stderr
+
+
+class TestFollowThroughNginx:
+    def test_logs_follow_sees_output_as_it_is_produced_and_the_end(
+        self, stack, worker_factory, shared_dir
+    ):
+        """`berth job logs -f` through nginx: the first line arrives while the job still runs
+        (nginx does not buffer the event stream), then the rest and the job's code."""
+        via = Front(stack.server, stack.front.url)
+        worker_factory(via, WORKER_SECRET, "gpu", "--name", "gpu-w1", name="gpu-w1")
+        gate = shared_dir / "gate"
+        script = f"echo first; while [ ! -e {gate} ]; do sleep 0.05; done; echo second; exit 5"
+        job = stack.submit(CI, {"command": ["sh", "-c", script], "pool": "gpu"})["id"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "job", "logs", "-f", str(job)],
+            env=via.env(BERTH_TOKEN=SERVICE_SECRET),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "no output through nginx while the job runs"
+        assert proc.stdout.readline() == "first\n"
+        assert stack.job(job)["state"] == "running"  # it came while the job was running
+        gate.touch()
+        out, err = proc.communicate(timeout=120)
+        assert (proc.returncode, out) == (5, "second\n"), err

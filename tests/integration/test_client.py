@@ -8,6 +8,7 @@ transport that hands each request to the test's event loop.
 """
 
 import asyncio
+import base64
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from service.client import (
 )
 from service.domain import leasing, tokens
 from service.domain.artifacts import server_store
+from service.events import EndEvent, OutputEvent, StateEvent
 from tests.integration.conftest import KEY, Api, rebuilt
 from tests.procs import free_port
 
@@ -231,6 +233,7 @@ async def test_every_answer_decodes_through_the_client_types(
     assert await berth.has_blob(SHA)
     assert not await berth.has_blob(hashlib.sha256(b"absent").hexdigest())
     async with berth.blob(SHA) as chunks:
+        assert chunks.size == len(DATA)
         assert b"".join([c async for c in chunks]) == DATA
     put = await api.call("PUT", f"/api/v1/cas/{SHA}", content=DATA)
     same_shape(put.json(), views.StoredView, "PUT /api/v1/cas")
@@ -295,6 +298,35 @@ async def test_errors_are_api_errors(api: Api, berth: AsyncBerthClient) -> None:
     assert forbidden.value.status == 403
 
 
+async def test_follow_events_pushes_states_output_and_the_end(
+    api: Api, berth: AsyncBerthClient
+) -> None:
+    """follow_events: the job's state, its output after `after` (text or exact bytes), its end;
+    `output=False` the state and end only; a job the caller may not see is an ApiError."""
+    job = await finished_job(api, berth)
+    got = [e async for e in berth.follow_events(job.id)]
+    assert [type(e) for e in got] == [StateEvent, OutputEvent, OutputEvent, EndEvent]
+    state, out, err, end = got
+    assert isinstance(state, StateEvent) and state.state == "succeeded"
+    assert isinstance(out, OutputEvent) and (out.stream, out.data) == ("stdout", "hi\n")
+    assert isinstance(err, OutputEvent) and (err.stream, err.data) == ("stderr", "\ufffd oops\n")
+    assert end == EndEvent(state="succeeded", exit_code=0, error="")
+
+    rest = [e async for e in berth.follow_events(job.id, after=out.id, encoding="base64")]
+    assert [(e.stream, e.b64) for e in rest if isinstance(e, OutputEvent)] == [
+        ("stderr", base64.b64encode(b"\xff oops\n").decode())
+    ]
+    moves = [e async for e in berth.follow_events(job.id, output=False)]
+    assert [type(e) for e in moves] == [StateEvent, EndEvent]
+
+    with pytest.raises(ApiError) as missing:
+        [e async for e in berth.follow_events(424242)]
+    assert (missing.value.status, missing.value.error) == (404, "no job 424242")
+    with pytest.raises(ApiError) as bad:
+        [e async for e in berth.follow_events(job.id, after=-1)]
+    assert bad.value.status == 400
+
+
 async def test_the_sync_client_reads_the_same_answers(api: Api, berth: AsyncBerthClient) -> None:
     """BerthClient (what the CLI uses) against the same app: same views, same errors."""
     job = await finished_job(api, berth)
@@ -306,23 +338,29 @@ async def test_the_sync_client_reads_the_same_answers(api: Api, berth: AsyncBert
                 client.job(424242)
             assert missing.value.status == 404
             with client.blob(SHA) as chunks:
+                assert chunks.size == len(DATA)  # what a progress bar shows the total of
                 got = b"".join(chunks)
+            with pytest.raises(ApiError) as gone:
+                list(client.follow_events(424242))
+            assert gone.value.status == 404
             return (
                 client.list_jobs(),
                 client.job(job.id),
                 client.logs(job.id),
                 list(client.follow_logs(job.id)),
+                list(client.follow_events(job.id)),
                 client.tokens(),
                 client.secrets(),
                 client.put_blob(SHA, iter([DATA[:5], DATA[5:]])),
                 got,
             )
 
-    jobs, shown, logs, followed, toks, secs, stored, got = await asyncio.to_thread(run)
+    jobs, shown, logs, followed, events, toks, secs, stored, got = await asyncio.to_thread(run)
     assert jobs == await berth.list_jobs()
     assert shown == await berth.job(job.id)
     assert logs == await berth.logs(job.id)
     assert followed == [x async for x in berth.follow_logs(job.id)]
+    assert events == [x async for x in berth.follow_events(job.id)] and len(events) == 4
     assert toks == await berth.tokens() and secs == await berth.secrets()
     assert stored == views.StoredView(sha256=SHA, size=len(DATA)) and got == DATA
 

@@ -40,10 +40,8 @@ def app(auth: str = "token") -> Any:
         {"pools": {"gpu": {"slots": {"default": 2}}}, "network": {"auth": auth}}
     )
     cfg = load(Path("/nonexistent/berth.toml"), environ=env)
-    rt = assemble(
-        cfg, Database("postgresql+asyncpg://nobody@127.0.0.1:1/none"), server_id="t", version="t"
-    )
-    return create_app(rt)
+    db = Database("postgresql+asyncpg://nobody@127.0.0.1:1/none")
+    return create_app(assemble(cfg, db, server_id="t", version="t"))
 
 
 async def get(path: str, auth: str = "token", method: str = "GET") -> httpx.Response:
@@ -185,8 +183,8 @@ def allowed(handler: Any, arm: Any) -> bool:
         return True
     if arm in (None, types.NoneType, str):  # HEAD (no body), the store's id (text)
         return True
-    # A streamed body whose operation says what it is (NDJSON lines, a blob's bytes).
-    streamed = {contract.LogsOperation, contract.BlobReadOperation}
+    # A streamed body whose operation says what it is (NDJSON lines, events, a blob's bytes).
+    streamed = {contract.LogsOperation, contract.EventsOperation, contract.BlobReadOperation}
     return (arm is Stream or arm is Any) and handler.operation_class in streamed
 
 
