@@ -144,10 +144,13 @@ class TestRightWords:
         assert row.split()[:3] == ["w1", "serve", "revoked"]
 
     def test_a_kind_no_pool_has(self, server_factory):
-        """`--kind gpuish` says no pool has slots of that kind, naming the kinds pools have."""
+        """`--kind gpuish` says no pool has slots of that kind, naming the kinds pools have.
+
+        A conflict with the pools in force (a limit may add the kind at run time), not bad input.
+        """
         s = server_factory({"pools": {"gpu": {"slots": {"agent": 2, "eval": 1}}}})
         r = s.cli("job", "submit", "--kind", "gpuish", "--", "true")
-        assert r.code == Exit.BAD_INPUT
+        assert r.code == Exit.CONFLICT
         assert r.err == (
             "berth: error: no pool has slots of kind 'gpuish' "
             "(kinds by pool: gpu: agent, eval; serve: default)\n"
