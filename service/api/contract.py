@@ -101,7 +101,32 @@ def events(*statuses: int) -> dict[int, ResponseSpec]:
 
 @dataclass
 class EventsOperation(Operation):
-    """GET .../events: a streamed answer, the server-sent events `events()` declares."""
+    """GET .../events: a streamed answer, the server-sent events `events()` declares.
+
+    The schema is of one event as a reader sees it (`event`, `id`, `data`), its `data` a JSON
+    document of one of the events' Structs (contentMediaType/contentSchema, JSON Schema 2020-12).
+    """
+
+    def __post_init__(self) -> None:
+        responses: dict[str, Any] = self.responses or {}
+        ok = responses.get("200")
+        if isinstance(ok, OpenAPIResponse) and ok.content and EVENT_STREAM in ok.content:
+            media = ok.content[EVENT_STREAM]
+            text = Schema(type=OpenAPIType.STRING)
+            media.schema = Schema(
+                type=OpenAPIType.OBJECT,
+                properties={
+                    "event": Schema(type=OpenAPIType.STRING, enum=["state", "output", "end"]),
+                    "id": Schema(type=OpenAPIType.STRING, pattern="^[0-9]+$"),
+                    "data": Schema(
+                        type=OpenAPIType.STRING,
+                        content_media_type="application/json",
+                        content_schema=media.schema,
+                    ),
+                    "retry": text,
+                },
+                required=["data"],
+            )
 
 
 def _length(description: str) -> OpenAPIHeader:

@@ -142,7 +142,10 @@ async def events(
     encoding: FromQuery[Literal["text", "base64"]] = "text",
     output: Annotated[bool, QueryParameter(description="false: state changes and end only")] = True,
     last_event_id: Annotated[
-        str | None, HeaderParameter(name="Last-Event-ID", description="resume after this chunk")
+        str | None,
+        HeaderParameter(
+            name="Last-Event-ID", pattern=r"^[0-9]{1,16}$", description="resume after this chunk"
+        ),
     ] = None,
 ) -> Stream:
     """Follow a job: its state changes and new output, pushed until it ends."""
