@@ -35,9 +35,10 @@ def _existing(path: str, params: dict[str, Any]) -> None:
             params["sha256"] = SEEDS["blob"]
     elif path.startswith("/api/v1/jobs/{job_id}") and "job" in SEEDS:
         if isinstance(params.get("job_id"), int) and params["job_id"] > 0 and _half(params):
-            # A followed output streams until its job ends, and no job here ever runs: logs
-            # are read of one that was cancelled (it has ended), the rest of a queued one.
-            params["job_id"] = SEEDS["ended" if path.endswith("/logs") else "job"]
+            # A followed output (and a job's events) stream until its job ends, and no job
+            # here ever runs: those are read of one that was cancelled, the rest of a queued one.
+            streams = path.endswith(("/logs", "/events"))
+            params["job_id"] = SEEDS["ended" if streams else "job"]
     elif path.startswith("/api/v1/workers/{name}") and "worker" in SEEDS:
         if _half(params.get("name")):
             params["name"] = SEEDS["worker"]
@@ -68,7 +69,8 @@ def map_case(context: Any, case: Any) -> Any:
         if path == "/api/v1/jobs" and method == "POST":
             _distinct_inputs(case.body)
     follow = str((case.query or {}).get("follow", "")).lower() in TRUE
-    if path.endswith("/logs") and follow and "ended" in SEEDS:
+    streamed = (path.endswith("/logs") and follow) or path.endswith("/events")
+    if streamed and "ended" in SEEDS:
         # A followed output streams until its job ends, and no job runs here: any other job
         # (ids are small, so the fuzzer names those it made) would never answer. In every
         # mode: a negative case may break only what the server ignores.
