@@ -142,11 +142,14 @@ async def events(
     encoding: FromQuery[Literal["text", "base64"]] = "text",
     output: Annotated[bool, QueryParameter(description="false: state changes and end only")] = True,
     last_event_id: Annotated[
-        str | None,
+        str,
         HeaderParameter(
-            name="Last-Event-ID", pattern=r"^[0-9]{1,16}$", description="resume after this chunk"
+            name="Last-Event-ID",
+            pattern=r"^[0-9]{0,16}$",
+            required=False,
+            description="resume after this chunk (empty: from `after`)",
         ),
-    ] = None,
+    ] = "",
 ) -> Stream:
     """Follow a job: its state changes and new output, pushed until it ends."""
     start = _resume_point(after, last_event_id)
