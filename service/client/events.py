@@ -32,6 +32,7 @@ class _Resume:
         self.give_up_after = give_up_after
         self.delay = 0.2
         self.down_since: float | None = None
+        self.ever_opened = False  # a server never reached is not waited for: it may not exist
 
     def opened(self, r: httpx.Response) -> None:
         """Check that `r` is the stream: else ApiError, or a TransportError to dial again.
@@ -44,6 +45,7 @@ class _Resume:
         if r.status_code != 200:
             raise error_of(r)  # a 404, a 401...
         self.down_since, self.delay = None, 0.2
+        self.ever_opened = True
 
     def passes(self, event: JobEvent) -> bool:
         """Whether the caller sees `event` (a state it already saw, sent again on reconnect: no)."""
@@ -56,7 +58,12 @@ class _Resume:
         return True
 
     def pause(self, exc: Exception | None) -> float:
-        """Seconds to wait before dialling again; Unreachable once down for too long."""
+        """Seconds to wait before dialling again; Unreachable once down for too long.
+
+        Unreachable at once when no server answered the first dial, as for every other call.
+        """
+        if isinstance(exc, httpx.ConnectError) and not self.ever_opened:
+            raise Unreachable(str(exc)) from exc
         if exc is not None:
             now = time.monotonic()
             self.down_since = self.down_since or now
