@@ -32,20 +32,26 @@ def state(s: Server, job_id: int) -> str:
     return s.api("GET", f"/api/v1/jobs/{job_id}").json()["state"]
 
 
-def test_submit_wait_shows_the_moves_on_a_terminal(server_factory, worker_factory):
-    """queued (and why) → leased/running on the worker → how it ended, on a PTY."""
+def test_submit_wait_shows_the_moves_on_a_terminal(server_factory, worker_factory, shared_dir):
+    """queued (and why) → running on the worker → how it ended, on a PTY.
+
+    The job waits at a gate while running, so its follower sees that state whatever the load
+    (a follower is told the state a job is in when it looks, not every state it passed).
+    """
     s = server_factory(POOL, builtin_worker=False)
-    child = spawn(s, "job", "submit", "--wait", "--", "sh", "-c", "echo hello; exit 4")
+    gate = shared_dir / "gate"
+    child = spawn(s, "job", "submit", "--wait", "--", *gated(gate))
     child.expect(r"berth: job (\d+) submitted")
     job_id = int(child.match.group(1))
     child.expect(rf"berth: job {job_id} queued: waiting for [^\r\n]+")
     worker_factory(s, s.worker_token("w1"), "gpu")
-    child.expect(rf"berth: job {job_id} (leased|running) on worker w1")
-    child.expect("hello")
-    child.expect(rf"berth: job {job_id} failed \(exit 4\)")
+    child.expect(rf"berth: job {job_id} running on worker w1")
+    gate.touch()
+    child.expect("after")
+    child.expect(rf"berth: job {job_id} failed \(exit 3\)")
     child.expect(pexpect.EOF)
     child.close()
-    assert child.exitstatus == 4
+    assert child.exitstatus == 3
 
 
 def test_submit_wait_and_job_wait_are_quiet_on_a_pipe(server_factory):
