@@ -242,4 +242,14 @@ def provisioned_workers(under: Path) -> list[Any]:
                 found.append(p)
         except psutil.Error:
             pass
-    return found
+    # A worker starting a job forks: until the child execs it shows the worker's own command
+    # line and environment, so a match whose parent also matched is that child, not a worker.
+    pids = {p.pid for p in found}
+    alive = []
+    for p in found:
+        try:
+            if p.ppid() not in pids:
+                alive.append(p)
+        except psutil.Error:
+            pass
+    return alive
