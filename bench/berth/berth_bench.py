@@ -261,6 +261,7 @@ def drain(args: argparse.Namespace, started_at: float) -> dict[str, Any]:
         if not args.no_analyze:
             benchlib.psql(server.database, "ANALYZE")
         budget = max(5.0, args.timeout - (time.monotonic() - started_at) - 20.0)
+        cpu = server.cpu_seconds()
         with Profiler(server, "drain"):
             sim, sim_log = common.spawn_sim(
                 server,
@@ -269,6 +270,7 @@ def drain(args: argparse.Namespace, started_at: float) -> dict[str, Any]:
                 extra=["--exit-after-results", str(n), "--seconds", str(budget)],
             )
             finished = common.wait_proc(sim, budget + 15.0)
+        cpu = server.cpu_seconds() - cpu
         if not finished:
             common.interrupt(sim)
         sim_result = common.last_json(sim_log)
@@ -297,6 +299,7 @@ def drain(args: argparse.Namespace, started_at: float) -> dict[str, Any]:
             slots=args.slots,
             attach_s=sim_result.get("attach_s"),
             stale=sim_result.get("stale"),
+            server_cpu_ms_per_job=round(1000 * cpu / max(1, succeeded), 3),
         )
         if succeeded < n:
             result["error"] = f"{succeeded} of {n} jobs succeeded within {budget:.0f} s"
@@ -324,6 +327,7 @@ def _single_wrk(server: BerthServer, args: argparse.Namespace) -> dict[str, Any]
     script = server.home / "submit.lua"
     script.write_text(WRK_LUA % server.admin_token)
     before = asyncio.run(common.job_states(server.db_url)).get("queued", 0)
+    cpu = server.cpu_seconds()
     out = subprocess.run(
         [
             "wrk",
@@ -340,6 +344,7 @@ def _single_wrk(server: BerthServer, args: argparse.Namespace) -> dict[str, Any]
         timeout=args.seconds + 30,
         check=False,
     ).stdout
+    cpu = server.cpu_seconds() - cpu
     after = asyncio.run(common.job_states(server.db_url)).get("queued", 0)
     m = re.search(r"(\d+) requests in ([\d.]+)(ms|s|m)", out)
     if not m:
@@ -362,6 +367,7 @@ def _single_wrk(server: BerthServer, args: argparse.Namespace) -> dict[str, Any]
         "single_errors": int(non2xx.group(1)) if non2xx else 0,
         "single_p50_ms": ms("50"),
         "single_p99_ms": ms("99"),
+        "single_server_cpu_ms_per_job": round(1000 * cpu / max(1, after - before), 3),
         "single_client": "wrk",
     }
 
@@ -416,9 +422,9 @@ async def _batches(server: BerthServer, args: argparse.Namespace) -> dict[str, A
                 lat.append(time.monotonic() - t)
                 errors += r.status_code != 201
 
-        t0 = time.monotonic()
+        t0, cpu = time.monotonic(), server.cpu_seconds()
         await asyncio.gather(*(loop() for _ in range(args.batch_concurrency)))
-        elapsed = time.monotonic() - t0
+        elapsed, cpu = time.monotonic() - t0, server.cpu_seconds() - cpu
     summary = benchlib.latency_summary(lat)
     return {
         "batch_jobs_per_s": round((requests - errors) * args.batch / elapsed, 1),
@@ -426,6 +432,9 @@ async def _batches(server: BerthServer, args: argparse.Namespace) -> dict[str, A
         "batch_errors": errors,
         "batch_size": args.batch,
         "batch_p50_ms": summary["p50_ms"],
+        "batch_server_cpu_ms_per_job": round(
+            1000 * cpu / max(1, (requests - errors) * args.batch), 3
+        ),
     }
 
 

@@ -155,6 +155,18 @@ class BerthServer:
         assert self.proc is not None
         return self.proc.pid
 
+    def cpu_seconds(self) -> float:
+        """CPU (user + system) the server's processes have used so far, children included."""
+        import psutil
+
+        root = psutil.Process(self.pid)
+        total = 0.0
+        for p in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
+
     @property
     def admin_token(self) -> str:
         if not self._admin:

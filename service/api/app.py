@@ -67,6 +67,7 @@ ROUTES = [
 
 
 def create_app(rt: Runtime) -> Litestar:
+    deps.resolve_in_order()
     return Litestar(
         route_handlers=ROUTES,
         guards=[guards.require_perm],

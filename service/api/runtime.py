@@ -5,7 +5,7 @@ it afterwards. What changes while the server runs lives inside the parts that ow
 limits in force (`limits_watch`), the cache of callers, the hub's sessions.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.api.caller_cache import CallerCache
 from service.api.channel.hub import Hub
@@ -18,6 +18,7 @@ from service.db.embedded import Embedded
 from service.db.engine import Database
 from service.domain.artifacts.server_store import ServerStore
 from service.domain.limits import InForce
+from service.domain.queued import QueuedSeen
 from service.metrics import Metrics
 from service.protocol import CasAccess
 
@@ -40,6 +41,7 @@ class Runtime:
     embedded: Embedded | None = None  # the Postgres this server keeps up, when it has no URL
     metrics: Metrics  # this process's own registry (/metrics)
     followers: Followers  # of the job event streams, by job (fed by NOTIFY berth_job_events_v1)
+    queued: QueuedSeen = field(default_factory=QueuedSeen)  # the tenants' queues as last counted
 
     @property
     def limits(self) -> InForce:

@@ -2,6 +2,7 @@
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from service.domain import approvals, audit, provisioning, secrets
 from service.domain import output as output_d
 from service.domain.artifacts import references, server_store
 from service.domain.fleet import worker_views
+from service.domain.queued import QueuedSeen
 from service.domain.tokens import check_name, tenant_to_write
 
 ENV_KEY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,255}\Z")
@@ -133,13 +135,15 @@ async def submit(
     in_force: Config,
     request_id: str = "",
     cas: server_store.ServerStore | None = None,
+    queued: QueuedSeen | None = None,
 ) -> list[JobRecord]:
     """Queue jobs (all or none); every server's dispatcher hears of them on commit.
 
     Inputs must be blobs the job's tenant holds (404 otherwise: knowing a hash is not enough);
     each becomes a reference of the job. Python source goes into the store and travels by hash.
     A batch that would take a tenant's queued jobs past its `max_queued` (from `in_force`,
-    berth.toml with the limits) is refused whole, naming the key; nothing is stored.
+    berth.toml with the limits) is refused whole, naming the key; nothing is stored. `queued` (this
+    server's memory of the tenants' queues) spares the count of a tenant far below its bound.
     """
     if not specs:
         raise Invalid("no jobs given")
@@ -154,14 +158,17 @@ async def submit(
         raise Invalid("inputs need the artifact store, which this server does not offer")
     bounds = {tenant: in_force.tenant_bounds(tenant) for tenant in wanted}
     code = _code_by_hash(rows) if cas is not None else {}
+    max_queued = {t: b.max_queued for t, b in bounds.items()}
+    adding = dict(Counter(row["tenant"] for row in rows))
     async with db.begin() as conn:
-        created, over = await jobs_q.submit_many(
+        created, over, counts = await jobs_q.submit_many(
             conn,
             rows,
-            max_queued={t: b.max_queued for t, b in bounds.items()},
+            max_queued=max_queued,
             caller=str(caller),
             request_id=request_id,
             on_behalf=caller.on_behalf,
+            uncounted=queued.uncounted(adding, max_queued) if queued else frozenset(),
         )
         if over:
             raise _over(over[0], bounds[over[0].tenant].key("max_queued"))
@@ -176,10 +183,12 @@ async def submit(
             await _reference(
                 conn, created, cas, {sha: len(b) for sha, b in code.items()}, by=str(caller)
             )
+    if queued:
+        queued.submitted(adding, ((c.tenant, c.queued) for c in counts))
     return created
 
 
-def _over(over: jobs_q.Over, key: str) -> OverBound:
+def _over(over: jobs_q.QueueCount, key: str) -> OverBound:
     """The refusal of a submit past a tenant's bound on queued jobs, naming the bound's key."""
     if over.queued > over.bound:
         now = f"has over {over.bound} queued jobs"

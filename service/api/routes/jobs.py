@@ -194,6 +194,7 @@ async def submit(
     cas: deps.Cas,
     request_id: deps.RequestId,
     poke: deps.Poke,
+    queued: deps.Queued,
 ) -> JobView | JobIdsView:
     """Queue one job (an object) or many (a list); all or none."""
     bodies = data if isinstance(data, list) else [data]
@@ -205,6 +206,7 @@ async def submit(
         in_force=effective,
         request_id=request_id,
         cas=cas,
+        queued=queued,
     )
     poke()  # this server's workers need not wait for the NOTIFY round trip
     if isinstance(data, list):

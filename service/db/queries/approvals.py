@@ -9,12 +9,13 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Interval, and_, func, literal, select, text, true, update
+from sqlalchemy import ColumnElement, Interval, and_, func, literal, select, true, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.records import ApprovalRecord
 from service.db.schema import approvals, leases
+from service.db.statements import sql
 
 COLS = [approvals.c[f] for f in ApprovalRecord.__dataclass_fields__]
 CLOSED_REASON = "the job's lease ended before an answer"
@@ -29,7 +30,7 @@ async def live_lease(conn: AsyncConnection, job_id: int) -> tuple[int, str] | No
     """(epoch, pool of the worker holding it) of the job's live lease; None without one."""
     row = (
         await conn.execute(
-            text(
+            sql(
                 "SELECT l.epoch, w.pool FROM leases l JOIN workers w ON w.id = l.worker_id "
                 "WHERE l.job_id = :j AND l.state = 'live'"
             ),
@@ -47,7 +48,7 @@ async def root_creator(conn: AsyncConnection, job_id: int) -> str:
     """
     row = (
         await conn.execute(
-            text(
+            sql(
                 """
                 WITH RECURSIVE chain(created_by, depth) AS (
                     SELECT created_by, 0 FROM jobs WHERE id = :j

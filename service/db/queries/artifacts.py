@@ -18,8 +18,9 @@ its writer writes the blob anew): never both missed.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.db.statements import sql
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ async def lock_shared(conn: AsyncConnection, *shas: str) -> None:
     Every reference insert does; one statement for any number of blobs.
     """
     await conn.execute(
-        text(
+        sql(
             "SELECT pg_advisory_xact_lock_shared(CAST(:k AS int), hashtext(s)) "
             "FROM (SELECT DISTINCT s FROM unnest(CAST(:shas AS text[])) AS s ORDER BY s) AS o"
         ),
@@ -66,7 +67,7 @@ async def lock_shared(conn: AsyncConnection, *shas: str) -> None:
 async def lock(conn: AsyncConnection, sha256: str) -> None:
     """Take the blob's lock exclusively until the transaction ends (the collector)."""
     await conn.execute(
-        text("SELECT pg_advisory_xact_lock(CAST(:k AS int), hashtext(:sha))"),
+        sql("SELECT pg_advisory_xact_lock(CAST(:k AS int), hashtext(:sha))"),
         {"k": CAS_LOCK, "sha": sha256},
     )
 
@@ -84,7 +85,7 @@ async def insert(
     """A reference (size -1: a write in progress); ended now when it has no job. Its id."""
     await lock_shared(conn, sha256)
     row = await conn.execute(
-        text(
+        sql(
             "INSERT INTO cas_refs (tenant, sha256, size, what, job_id, created_by, ended_at) "
             "VALUES (:tenant, :sha, CAST(:size AS bigint), :what, CAST(:job AS bigint), :by, "
             "        CASE WHEN CAST(:job AS bigint) IS NULL AND CAST(:size AS bigint) >= 0 "
@@ -102,7 +103,7 @@ async def complete(conn: AsyncConnection, *, ref_id: int, size: int) -> bool:
     False when the row is gone (the collector let a pending write of over a day go).
     """
     row = await conn.execute(
-        text(
+        sql(
             "UPDATE cas_refs SET size = :size, "
             "    ended_at = CASE WHEN job_id IS NULL THEN now() ELSE ended_at END "
             "WHERE id = :id RETURNING id"
@@ -114,7 +115,7 @@ async def complete(conn: AsyncConnection, *, ref_id: int, size: int) -> bool:
 
 async def drop(conn: AsyncConnection, *, ref_id: int) -> None:
     """Remove a reference whose write failed: it must grant nothing."""
-    await conn.execute(text("DELETE FROM cas_refs WHERE id = :id"), {"id": ref_id})
+    await conn.execute(sql("DELETE FROM cas_refs WHERE id = :id"), {"id": ref_id})
 
 
 async def held_size(
@@ -122,7 +123,7 @@ async def held_size(
 ) -> int | None:
     """The blob's size when one of `tenants` holds a complete reference to it; None otherwise."""
     row = await conn.execute(
-        text(
+        sql(
             f"SELECT max(r.size) FROM {_FROM} "  # noqa: S608  (constant fragments only)
             f"WHERE r.tenant = ANY(CAST(:tenants AS text[])) AND r.sha256 = :sha "
             f"  AND r.size >= 0 AND {_HOLDS}"
@@ -136,7 +137,7 @@ async def held_size(
 async def stored_bytes(conn: AsyncConnection, *, tenant: str, gc: float) -> int:
     """Bytes of the distinct blobs `tenant`'s complete references keep in the store now."""
     row = await conn.execute(
-        text(
+        sql(
             f"SELECT coalesce(sum(s.size), 0) FROM ("  # noqa: S608  (constant fragments only)
             f"  SELECT max(r.size) AS size FROM {_FROM} "
             f"  WHERE r.tenant = :tenant AND r.size >= 0 AND {_HOLDS} GROUP BY r.sha256) AS s"
@@ -152,7 +153,7 @@ async def insert_many(conn: AsyncConnection, refs: Sequence[Ref]) -> None:
         return
     await lock_shared(conn, *(r.sha256 for r in refs))
     await conn.execute(
-        text(
+        sql(
             "INSERT INTO cas_refs (tenant, sha256, size, what, job_id, created_by, ended_at) "
             "SELECT tenant, sha, size, what, job, by, CASE WHEN job IS NULL THEN now() END "
             "FROM unnest(CAST(:tenants AS text[]), CAST(:shas AS text[]), "
@@ -176,7 +177,7 @@ async def held_sizes(
 ) -> dict[str, int]:
     """Of `shas`, those `tenant` holds a complete reference to: their sizes."""
     rows = await conn.execute(
-        text(
+        sql(
             f"SELECT r.sha256, max(r.size) FROM {_FROM} "  # noqa: S608  (constant fragments)
             f"WHERE r.tenant = :tenant AND r.sha256 = ANY(CAST(:shas AS text[])) "
             f"  AND r.size >= 0 AND {_HOLDS} GROUP BY r.sha256"
@@ -193,7 +194,7 @@ async def drop_outputs_except(
     if not listed:
         return
     await conn.execute(
-        text(
+        sql(
             "DELETE FROM cas_refs r "
             "USING unnest(CAST(:jobs AS bigint[]), CAST(:keep AS text[])) AS v(job, keep) "
             "WHERE r.job_id = v.job AND r.what = 'output' "
@@ -210,7 +211,7 @@ async def written_for_jobs(
     if not pairs:
         return set()
     rows = await conn.execute(
-        text(
+        sql(
             "SELECT DISTINCT r.job_id, r.sha256 FROM cas_refs r "
             "JOIN unnest(CAST(:jobs AS bigint[]), CAST(:shas AS text[])) AS v(job, sha) "
             "  ON r.job_id = v.job AND r.sha256 = v.sha "
@@ -229,7 +230,7 @@ async def live_lease_tenant(
     None means stale (or never this worker's): refuse, as a report would be refused.
     """
     row = await conn.execute(
-        text(
+        sql(
             "SELECT j.tenant FROM leases l JOIN workers w ON w.id = l.worker_id "
             "JOIN jobs j ON j.id = l.job_id "
             "WHERE l.job_id = :job AND l.epoch = :epoch AND l.state = 'live' AND w.name = :worker"
@@ -246,7 +247,7 @@ async def live_lease_tenant(
 async def unheld(conn: AsyncConnection, *, gc: float, limit: int) -> list[str]:
     """Blobs that have references, none of which holds them any more (candidates to delete)."""
     rows = await conn.execute(
-        text(
+        sql(
             f"SELECT r.sha256 FROM {_FROM} "  # noqa: S608  (constant fragments only)
             f"GROUP BY r.sha256 HAVING NOT bool_or({_HOLDS}) LIMIT :limit"
         ),
@@ -258,7 +259,7 @@ async def unheld(conn: AsyncConnection, *, gc: float, limit: int) -> list[str]:
 async def holds(conn: AsyncConnection, *, sha256: str, gc: float) -> bool:
     """Whether any reference (complete or pending, of any tenant) still holds the blob."""
     row = await conn.execute(
-        text(
+        sql(
             f"SELECT EXISTS (SELECT 1 FROM {_FROM} "  # noqa: S608  (constant fragments only)
             f"WHERE r.sha256 = :sha AND {_HOLDS})"
         ),
@@ -270,7 +271,7 @@ async def holds(conn: AsyncConnection, *, sha256: str, gc: float) -> bool:
 async def forget(conn: AsyncConnection, *, sha256: str) -> int:
     """Delete every reference to a blob the collector deleted; how many there were."""
     row = await conn.execute(
-        text("DELETE FROM cas_refs WHERE sha256 = :sha"),
+        sql("DELETE FROM cas_refs WHERE sha256 = :sha"),
         {"sha": sha256},
     )
     return int(row.rowcount)
@@ -279,7 +280,7 @@ async def forget(conn: AsyncConnection, *, sha256: str) -> int:
 async def known(conn: AsyncConnection, *, shas: Sequence[str]) -> set[str]:
     """Which of these blobs any reference row names (held or not)."""
     rows = await conn.execute(
-        text("SELECT DISTINCT sha256 FROM cas_refs WHERE sha256 = ANY(CAST(:shas AS text[]))"),
+        sql("SELECT DISTINCT sha256 FROM cas_refs WHERE sha256 = ANY(CAST(:shas AS text[]))"),
         {"shas": list(shas)},
     )
     return {str(r[0]) for r in rows}
@@ -294,7 +295,7 @@ async def note_unclaimed(conn: AsyncConnection, *, blobs: Sequence[tuple[str, in
     if not blobs:
         return
     await conn.execute(
-        text(
+        sql(
             "INSERT INTO cas_refs (tenant, sha256, size, what, created_by, ended_at) "
             "SELECT '', v.sha, v.size, 'unclaimed', 'collector', now() "
             "FROM unnest(CAST(:shas AS text[]), CAST(:sizes AS bigint[])) AS v(sha, size)"
@@ -310,7 +311,7 @@ async def delete_long_expired(conn: AsyncConnection, *, gc: float) -> int:
     with the blob (`forget`), else the blob would look unreferenced and be noted afresh.
     """
     row = await conn.execute(
-        text(
+        sql(
             f"WITH held AS (SELECT DISTINCT r.sha256 FROM {_FROM} WHERE {_HOLDS}) "  # noqa: S608
             f"DELETE FROM cas_refs WHERE id IN ("
             f"  SELECT r.id FROM {_FROM} "

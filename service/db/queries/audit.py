@@ -4,12 +4,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select, text
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core import audit_chain
 from service.db.engine import AUDIT_KEY
 from service.db.schema import audit, audit_anchor
+from service.db.statements import sql
 
 
 async def append(conn: AsyncConnection, entries: Sequence[dict[str, Any]]) -> None:
@@ -105,7 +106,7 @@ async def seal_batch(
     when it is missing, in the same transaction, so the keyed part of the chain never begins
     without one.
     """
-    await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SEAL_LOCK_KEY})
+    await conn.execute(sql("SELECT pg_advisory_xact_lock(:k)"), {"k": SEAL_LOCK_KEY})
     seq, previous = await head(conn) or (0, audit_chain.GENESIS)
     if await anchor(conn) is None:
         if not may_anchor and seq:
@@ -145,12 +146,12 @@ async def seal_batch(
         hashes.append(previous)
     if foreign:
         await conn.execute(
-            text("UPDATE audit SET hash = '' WHERE id = ANY(CAST(:ids AS bigint[]))"),
+            sql("UPDATE audit SET hash = '' WHERE id = ANY(CAST(:ids AS bigint[]))"),
             {"ids": foreign},
         )
     if ids:
         await conn.execute(
-            text(
+            sql(
                 """
                 UPDATE audit SET seq = v.seq, hash = v.hash
                 FROM unnest(CAST(:ids AS bigint[]), CAST(:seqs AS bigint[]),

@@ -1,12 +1,13 @@
 """SQL for the gauges /metrics reads at scrape time: a few aggregates, whatever the table sizes."""
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.db.statements import sql
 
-async def counts(conn: AsyncConnection, sql: str) -> dict[tuple[str, ...], int]:
+
+async def counts(conn: AsyncConnection, query: str) -> dict[tuple[str, ...], int]:
     """Rows of (labels..., count) as {labels: count}."""
-    rows = await conn.execute(text(sql))
+    rows = await conn.execute(sql(query))
     return {tuple(str(v) for v in r[:-1]): int(r[-1]) for r in rows}
 
 
@@ -30,7 +31,7 @@ FAILURES = "SELECT pool, failures FROM pool_health"
 async def store_bytes(conn: AsyncConnection) -> int:
     """Bytes of the distinct blobs that references hold (a blob held twice counts once)."""
     got = await conn.execute(
-        text(
+        sql(
             "SELECT coalesce(sum(size), 0) FROM "
             "(SELECT DISTINCT ON (sha256) size FROM cas_refs WHERE size >= 0) AS b"
         )

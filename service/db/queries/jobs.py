@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, text
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -17,6 +17,7 @@ from service.core.states import LIVE_JOB_STATES, JobState
 from service.db.queries import audit as audit_q
 from service.db.records import JobRecord, OutputChunk
 from service.db.schema import job_output, jobs, tenants
+from service.db.statements import sql
 
 COLS = [jobs.c[f] for f in JobRecord.__dataclass_fields__]
 JOBS_CHANNEL = "berth_jobs_v1"
@@ -48,19 +49,23 @@ WITH r AS (
         command text[], python text, python_sha256 text, env jsonb, secrets jsonb,
         inputs jsonb, repo text, timeout_seconds float8, max_attempts int, priority int,
         cpus float8, memory_mb bigint, gpus int, created_by text)
-), over AS (
+), counted AS (
     -- One row per tenant of the batch (arrays, so the planner knows how few: a cheap plan).
     -- Counting stops past the bound (LIMIT): a tenant with a long queue costs no more than that.
-    SELECT * FROM (
-        SELECT v.tenant, v.adding, v.bound,
+    -- A tenant whose count the caller may skip (far below its bound; domain/queued.py) is not
+    -- counted: a count walks every queued job of the tenant.
+    SELECT v.tenant, v.adding, v.bound,
+           CASE WHEN v.count THEN
                (SELECT count(*) FROM (SELECT 1 FROM jobs q
                                       WHERE q.tenant = v.tenant AND q.state = 'queued'
                                       ORDER BY q.priority DESC, q.id  -- ix_jobs_queued's order
-                                      LIMIT v.bound + 1) AS x) AS queued
-        FROM unnest(CAST(:tenants AS text[]), CAST(:adding AS bigint[]),
-                    CAST(:bounds AS bigint[])) AS v(tenant, adding, bound)
-    ) AS c
-    WHERE queued + adding > bound
+                                      LIMIT v.bound + 1) AS x)
+           END AS queued
+    FROM unnest(CAST(:tenants AS text[]), CAST(:adding AS bigint[]),
+                CAST(:bounds AS bigint[]), CAST(:count AS boolean[]))
+         AS v(tenant, adding, bound, count)
+), over AS (
+    SELECT * FROM counted WHERE queued + adding > bound
 ), t AS (
     INSERT INTO tenants (name) SELECT DISTINCT tenant FROM r
     WHERE NOT EXISTS (SELECT 1 FROM over) ON CONFLICT DO NOTHING
@@ -79,7 +84,7 @@ WITH r AS (
 SELECT j.*, NULL AS over_tenant, NULL AS over_adding, NULL AS over_bound, NULL AS over_queued
 FROM j LEFT JOIN wake ON true
 UNION ALL
-SELECT {nulls}, tenant, adding, bound, queued FROM over
+SELECT {nulls}, tenant, adding, bound, queued FROM counted WHERE queued IS NOT NULL
 ORDER BY id, over_tenant
 """.replace("{cols}", ", ".join(c.name for c in COLS))
     .replace("{channel}", JOBS_CHANNEL)
@@ -88,8 +93,8 @@ ORDER BY id, over_tenant
 
 
 @dataclass(frozen=True, slots=True)
-class Over:
-    """A tenant a refused submit would have taken past its bound on queued jobs."""
+class QueueCount:
+    """A tenant's count against its bound on queued jobs (past it: the submit is refused)."""
 
     tenant: str
     adding: int  # jobs of the batch for it
@@ -105,35 +110,40 @@ async def submit_many(
     caller: str,
     request_id: str,
     on_behalf: str = "",
-) -> tuple[list[JobRecord], list[Over]]:
+    uncounted: frozenset[str] = frozenset(),
+) -> tuple[list[JobRecord], list[QueueCount], list[QueueCount]]:
     """Queue jobs, make their tenants, audit the submit and wake every server.
 
     The hot path of `POST /api/v1/jobs`: two round trips whatever the batch size (the audit
     entry is signed by this server once the ids are known, audit_q.append). When the batch
     would take a tenant's queued jobs past `max_queued[tenant]`, nothing is inserted and the
-    tenants over their bounds are returned instead: (jobs created, tenants over).
+    tenants over their bounds are returned instead: (jobs created, tenants over, each counted
+    tenant's queued jobs before the batch). The tenants in `uncounted` are not counted (the
+    caller knows them to be far below their bounds).
     """
     payload = [{"n": i, **row} for i, row in enumerate(rows)]
     adding = Counter(row["tenant"] for row in rows)
     result = (
         await conn.execute(
-            text(_SUBMIT_SQL),
+            sql(_SUBMIT_SQL),
             {
                 "jobs": json.dumps(payload),
                 "tenants": list(adding),
                 "adding": list(adding.values()),
                 "bounds": [max_queued[t] for t in adding],
+                "count": [t not in uncounted for t in adding],
             },
         )
     ).all()
-    over = [
-        Over(r.over_tenant, int(r.over_adding), int(r.over_bound), int(r.over_queued))
+    counts = [
+        QueueCount(r.over_tenant, int(r.over_adding), int(r.over_bound), int(r.over_queued))
         for r in result
         if r.over_tenant is not None
     ]
+    over = [c for c in counts if c.queued + c.adding > c.bound]
     if over:
-        return [], over
-    made = [JobRecord.of(r) for r in result]
+        return [], over, counts
+    made = [JobRecord.of(r) for r in result if r.over_tenant is None]
     if made:
         first, last = made[0].id, made[-1].id
         tenants_of = {j.tenant for j in made}
@@ -153,12 +163,12 @@ async def submit_many(
                 }
             ],
         )
-    return made, []
+    return made, [], counts
 
 
 async def notify_jobs(conn: AsyncConnection) -> None:
     """Tell every server that jobs may wait (delivered when the transaction commits)."""
-    await conn.execute(text(f"NOTIFY {JOBS_CHANNEL}"))
+    await conn.execute(sql(f"NOTIFY {JOBS_CHANNEL}"))
 
 
 async def get(
@@ -202,7 +212,7 @@ async def cancel(conn: AsyncConnection, job_id: int) -> tuple[str, int] | None:
     """
     row = (
         await conn.execute(
-            text(
+            sql(
                 """
                 WITH j AS (
                     SELECT id, state, attempt FROM jobs

@@ -8,12 +8,12 @@ lease; a False/None result means stale, and the worker must kill its copy.
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.placement import JobWant, Quotas
 from service.core.resources import Resources
 from service.db.records import JobRecord
+from service.db.statements import sql
 
 _JOB_COLS = ", ".join(f"jobs.{f}" for f in JobRecord.__dataclass_fields__)
 # The column list is a constant built from the record's fields, never from input.
@@ -38,7 +38,7 @@ async def live_counts(
 ) -> dict[str, dict[str, int]]:
     """Live leases per worker per kind."""
     rows = await conn.execute(
-        text(
+        sql(
             "SELECT worker_id, kind, count(*) FROM leases "
             "WHERE state = 'live' AND worker_id = ANY(CAST(:ids AS uuid[])) "
             "GROUP BY worker_id, kind"
@@ -115,9 +115,9 @@ async def candidates(
         "limit": limit,
         "tenants": None if tenants is None else list(tenants),
     }
-    sql = _CANDIDATES_SQL.replace("{quota}", "").replace("{gpus_held}", "")
+    query = _CANDIDATES_SQL.replace("{quota}", "").replace("{gpus_held}", "")
     if quotas:
-        sql = _CANDIDATES_SQL.replace("{quota}", _QUOTA_FILTER).replace(
+        query = _CANDIDATES_SQL.replace("{quota}", _QUOTA_FILTER).replace(
             "{gpus_held}", ", sum(gpus) AS g"
         )
         names = sorted(quotas.tenants)
@@ -128,7 +128,7 @@ async def candidates(
             "d_running": quotas.default.max_running,
             "d_gpus": quotas.default.max_gpus,
         }
-    rows = await conn.execute(text(sql), params)
+    rows = await conn.execute(sql(query), params)
     return [JobWant.of(r) for r in rows]
 
 
@@ -142,7 +142,7 @@ async def hold_quotas(conn: AsyncConnection, tenants: Sequence[str]) -> dict[str
     """
     names = sorted(set(tenants))
     await conn.execute(
-        text(
+        sql(
             "SELECT pg_advisory_xact_lock(hashtextextended('berth.quota.' || t, 0)) "
             "FROM unnest(CAST(:t AS text[])) AS t ORDER BY t"
         ),
@@ -156,7 +156,7 @@ async def usage_of_tenants(
 ) -> dict[str, tuple[int, int]]:
     """(jobs running, GPUs held) of each of these tenants now, without a lock (for people)."""
     rows = await conn.execute(
-        text(
+        sql(
             "SELECT tenant, count(*), coalesce(sum(gpus), 0) FROM jobs "
             "WHERE state IN ('leased', 'running') AND tenant = ANY(CAST(:t AS text[])) "
             "GROUP BY tenant"
@@ -170,7 +170,7 @@ async def usage_of_tenants(
 async def reserved(conn: AsyncConnection, worker_ids: Sequence[str]) -> dict[str, Resources]:
     """What the live leases of each of these workers asked for (workers with none: absent)."""
     rows = await conn.execute(
-        text(
+        sql(
             "SELECT worker_id, sum(cpus), sum(memory_mb), sum(gpus) FROM leases "
             "WHERE state = 'live' AND worker_id = ANY(CAST(:ids AS uuid[])) GROUP BY worker_id"
         ),
@@ -186,7 +186,7 @@ async def lock_queued(conn: AsyncConnection, job_ids: Sequence[int], *, want: in
     candidates each take the next free ones instead of all but one coming away empty.
     """
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT id FROM jobs
             WHERE id = ANY(CAST(:ids AS bigint[])) AND state = 'queued'
@@ -210,7 +210,7 @@ async def grant(
     if not assignments:
         return []
     rows = await conn.execute(
-        text(_GRANT_SQL),
+        sql(_GRANT_SQL),
         {
             "jobs": [a[0] for a in assignments],
             "workers": [a[1] for a in assignments],
@@ -222,7 +222,7 @@ async def grant(
 
 async def live_of(conn: AsyncConnection, worker_id: str) -> list[tuple[int, int]]:
     rows = await conn.execute(
-        text("SELECT job_id, epoch FROM leases WHERE worker_id = :w AND state = 'live'"),
+        sql("SELECT job_id, epoch FROM leases WHERE worker_id = :w AND state = 'live'"),
         {"w": worker_id},
     )
     return [(r[0], r[1]) for r in rows]
@@ -232,7 +232,7 @@ async def live_of_job(conn: AsyncConnection, job_id: int) -> tuple[int, str, str
     """The job's live lease: (epoch, worker id, the worker's pool), or None."""
     row = (
         await conn.execute(
-            text(
+            sql(
                 "SELECT l.epoch, CAST(l.worker_id AS text), w.pool FROM leases l "
                 "JOIN workers w ON w.id = l.worker_id WHERE l.job_id = :j AND l.state = 'live'"
             ),
@@ -269,7 +269,7 @@ async def expire(
     only_jobs = [j for j, _ in only] if only is not None else None
     only_epochs = [e for _, e in only] if only is not None else None
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             WITH l AS (
                 UPDATE leases SET state = 'expired', ended_at = now()
@@ -301,7 +301,7 @@ async def live_among(
     if not held:
         return set()
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT l.job_id, l.epoch FROM leases l JOIN jobs j ON j.id = l.job_id
             WHERE l.worker_id = :w AND l.state = 'live' AND (l.job_id, l.epoch) IN (
@@ -322,7 +322,7 @@ async def live_among(
 async def of_job(conn: AsyncConnection, job_id: int) -> list[dict[str, Any]]:
     """A job's attempts, oldest first: epoch, worker name, lease state, granted and ended."""
     rows = await conn.execute(
-        text(
+        sql(
             "SELECT l.epoch, w.name AS worker, l.state, l.granted_at, l.ended_at "
             "FROM leases l JOIN workers w ON w.id = l.worker_id "
             "WHERE l.job_id = :j ORDER BY l.epoch"

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.records import Record
 from service.db.schema import limits
+from service.db.statements import sql
 
 LIMITS_CHANNEL = "berth_limits_v1"
 
@@ -72,4 +73,4 @@ async def list_all(conn: AsyncConnection) -> list[LimitRecord]:
 
 async def notify(conn: AsyncConnection, key: str) -> None:
     """Tell every server the limits changed (delivered when the transaction commits)."""
-    await conn.execute(text("SELECT pg_notify(:ch, :key)"), {"ch": LIMITS_CHANNEL, "key": key})
+    await conn.execute(sql("SELECT pg_notify(:ch, :key)"), {"ch": LIMITS_CHANNEL, "key": key})

@@ -6,14 +6,15 @@ transaction, and both keep the rows' ids, so output reads back in one order what
 
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.db.statements import sql
 
 
 async def over_tail(conn: AsyncConnection, *, tail: int, limit: int) -> list[int]:
     """Jobs holding more than `tail` bytes of output in rows."""
     rows = await conn.execute(
-        text(
+        sql(
             "SELECT job_id FROM job_output GROUP BY job_id HAVING sum(length(data)) > :tail "
             "ORDER BY job_id LIMIT :limit"
         ),
@@ -27,7 +28,7 @@ async def oldest_beyond_tail(
 ) -> list[dict[str, Any]]:
     """The job's oldest rows, up to `most` bytes, that are not among its newest `tail` bytes."""
     rows = await conn.execute(
-        text(
+        sql(
             """
             WITH r AS (
                 SELECT id, epoch, seq, stream, data,
@@ -50,14 +51,14 @@ async def add_segment(
 ) -> None:
     """Record a segment and delete the rows it holds (the caller's transaction: both or none)."""
     await conn.execute(
-        text(
+        sql(
             "INSERT INTO job_log_segments (job_id, first_id, last_id, sha256, size) "
             "VALUES (:job, :first, :last, :sha, :size)"
         ),
         {"job": job_id, "first": first_id, "last": last_id, "sha": sha256, "size": size},
     )
     await conn.execute(
-        text("DELETE FROM job_output WHERE job_id = :job AND id BETWEEN :first AND :last"),
+        sql("DELETE FROM job_output WHERE job_id = :job AND id BETWEEN :first AND :last"),
         {"job": job_id, "first": first_id, "last": last_id},
     )
 
@@ -65,7 +66,7 @@ async def add_segment(
 async def segments_after(conn: AsyncConnection, job_id: int, *, after: int) -> list[dict[str, Any]]:
     """The job's segments holding rows after `after`, oldest first."""
     rows = await conn.execute(
-        text(
+        sql(
             "SELECT first_id, last_id, sha256, size FROM job_log_segments "
             "WHERE job_id = :job AND last_id > :after ORDER BY first_id"
         ),
@@ -83,10 +84,10 @@ async def lock_and_count(conn: AsyncConnection, job_id: int, *, first: int, last
     Returns how many of its rows with ids in [first, last] are still there.
     """
     await conn.execute(
-        text("SELECT pg_advisory_xact_lock(CAST(:k AS int), :j)"), {"k": PACK_LOCK, "j": job_id}
+        sql("SELECT pg_advisory_xact_lock(CAST(:k AS int), :j)"), {"k": PACK_LOCK, "j": job_id}
     )
     row = await conn.execute(
-        text("SELECT count(*) FROM job_output WHERE job_id = :j AND id BETWEEN :f AND :l"),
+        sql("SELECT count(*) FROM job_output WHERE job_id = :j AND id BETWEEN :f AND :l"),
         {"j": job_id, "f": first, "l": last},
     )
     return int(row.scalar_one())

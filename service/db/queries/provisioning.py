@@ -7,15 +7,16 @@ under a per-pool transaction lock, so two leaders that overlap for a moment cann
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.db.statements import sql
 
 ALIVE = ("starting", "running", "draining")
 INTENT_LOCK = 0x62657274  # with a hash of the pool name: one (two-key) lock per pool
 
 
 async def installation(conn: AsyncConnection) -> str:
-    return str((await conn.execute(text("SELECT id::text FROM installation LIMIT 1"))).scalar_one())
+    return str((await conn.execute(sql("SELECT id::text FROM installation LIMIT 1"))).scalar_one())
 
 
 async def queued_groups(conn: AsyncConnection) -> list[dict[str, Any]]:
@@ -24,7 +25,7 @@ async def queued_groups(conn: AsyncConnection) -> list[dict[str, Any]]:
     One aggregate over the queue (its partial index), whatever its length.
     """
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT pool, kind, labels, device_policy = 'prefer' AS prefer, count(*) AS n
             FROM jobs WHERE state = 'queued'
@@ -38,7 +39,7 @@ async def queued_groups(conn: AsyncConnection) -> list[dict[str, Any]]:
 async def attached_usage(conn: AsyncConnection, pools: Sequence[str]) -> list[dict[str, Any]]:
     """Workers of these pools that may take work now, with their live leases per kind."""
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT w.name, w.pool, w.parallel,
                 coalesce((SELECT jsonb_object_agg(kind, n) FROM (
@@ -58,7 +59,7 @@ async def attached_usage(conn: AsyncConnection, pools: Sequence[str]) -> list[di
 async def alive(conn: AsyncConnection) -> list[dict[str, Any]]:
     """Provisioned workers not ended, with live leases, idle time and whether attached."""
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT p.name, p.pool, p.provider, p.state, p.provider_id, p.detail,
                 extract(epoch FROM now() - p.created_at)::float8 AS age,
@@ -79,7 +80,7 @@ async def alive(conn: AsyncConnection) -> list[dict[str, Any]]:
 async def is_alive(conn: AsyncConnection, name: str) -> bool:
     """Whether the provisioned worker `name` is starting, running or draining."""
     row = await conn.execute(
-        text(
+        sql(
             "SELECT EXISTS (SELECT 1 FROM provisioned WHERE name = :n "
             "AND state IN ('starting', 'running', 'draining'))"
         ),
@@ -91,7 +92,7 @@ async def is_alive(conn: AsyncConnection, name: str) -> bool:
 async def mark_busy(conn: AsyncConnection) -> None:
     """Provisioned workers holding a lease now are not idle: idle_seconds counts from here."""
     await conn.execute(
-        text(
+        sql(
             """
             UPDATE provisioned p SET busy_at = now()
             FROM workers w
@@ -107,12 +108,12 @@ async def record_intent(
 ) -> bool:
     """Write the intent to start `name` unless the pool already has `most` alive; False then."""
     await conn.execute(
-        text("SELECT pg_advisory_xact_lock(CAST(:k AS int), hashtext(:p))"),
+        sql("SELECT pg_advisory_xact_lock(CAST(:k AS int), hashtext(:p))"),
         {"k": INTENT_LOCK, "p": pool},
     )
     count = (
         await conn.execute(
-            text(
+            sql(
                 "SELECT count(*) FROM provisioned "
                 "WHERE pool = :p AND state IN ('starting', 'running', 'draining')"
             ),
@@ -122,7 +123,7 @@ async def record_intent(
     if count >= most:
         return False
     await conn.execute(
-        text("INSERT INTO provisioned (name, pool, provider) VALUES (:n, :p, :prov)"),
+        sql("INSERT INTO provisioned (name, pool, provider) VALUES (:n, :p, :prov)"),
         {"n": name, "p": pool, "prov": provider},
     )
     return True
@@ -139,7 +140,7 @@ async def set_state(
 ) -> bool:
     """Move a provisioned worker to `state` (from one of `only_from`); False when it was not."""
     row = await conn.execute(
-        text(
+        sql(
             """
             UPDATE provisioned SET state = :s, updated_at = now(),
                 detail = coalesce(:d, detail), provider_id = coalesce(:pid, provider_id)
@@ -155,7 +156,7 @@ async def set_state(
 async def start_failed(conn: AsyncConnection, *, pool: str, reason: str, backoff: float) -> int:
     """One more failed start for `pool`; the next waits `backoff` seconds. Returns failures."""
     row = await conn.execute(
-        text(
+        sql(
             """
             INSERT INTO pool_health AS h (pool, failures, next_try_at, last_error, updated_at)
             VALUES (:p, 1, now() + make_interval(secs => :b), :e, now())
@@ -173,7 +174,7 @@ async def start_failed(conn: AsyncConnection, *, pool: str, reason: str, backoff
 async def started_fine(conn: AsyncConnection, *, pool: str) -> None:
     """A worker of `pool` attached: the failures before it are forgiven."""
     await conn.execute(
-        text(
+        sql(
             "UPDATE pool_health SET failures = 0, next_try_at = NULL, last_error = '', "
             "updated_at = now() WHERE pool = :p AND failures > 0"
         ),
@@ -187,7 +188,7 @@ async def health(conn: AsyncConnection) -> dict[str, dict[str, Any]]:
     `retry_in` is 0 when a start may be tried now.
     """
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT pool, failures, last_error,
                 greatest(0, extract(epoch FROM coalesce(next_try_at, now()) - now()))::float8
@@ -202,7 +203,7 @@ async def health(conn: AsyncConnection) -> dict[str, dict[str, Any]]:
 async def counts(conn: AsyncConnection) -> dict[str, dict[str, int]]:
     """Provisioned workers alive per pool and state, for `pool list` and `status`."""
     rows = await conn.execute(
-        text(
+        sql(
             "SELECT pool, state, count(*) FROM provisioned "
             "WHERE state IN ('starting', 'running', 'draining') GROUP BY pool, state"
         )
@@ -216,7 +217,7 @@ async def counts(conn: AsyncConnection) -> dict[str, dict[str, int]]:
 async def ended_names(conn: AsyncConnection) -> set[str]:
     """Provisioned workers that ended: `worker list` no longer shows them."""
     rows = await conn.execute(
-        text("SELECT name FROM provisioned WHERE state IN ('stopped', 'failed')")
+        sql("SELECT name FROM provisioned WHERE state IN ('stopped', 'failed')")
     )
     return {r[0] for r in rows}
 
@@ -224,7 +225,7 @@ async def ended_names(conn: AsyncConnection) -> set[str]:
 async def starting_without_worker(conn: AsyncConnection) -> list[dict[str, Any]]:
     """Provisioned workers that have not attached yet (no workers row): `starting` in lists."""
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT p.name, p.pool, extract(epoch FROM now() - p.created_at)::float8 AS age
             FROM provisioned p WHERE p.state = 'starting'

@@ -6,11 +6,11 @@ missing from a result set is stale, and its worker is told to kill that copy.
 
 from collections.abc import Sequence
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.queries import audit as audit_q
 from service.db.queries.leases import REQUEUE_LOST
+from service.db.statements import sql
 
 Key = tuple[int, int]  # (job, epoch)
 
@@ -20,7 +20,7 @@ async def start_many(conn: AsyncConnection, items: Sequence[tuple[int, int, str]
     if not items:
         return set()
     rows = await conn.execute(
-        text(
+        sql(
             """
             UPDATE jobs SET state = 'running', started_at = coalesce(jobs.started_at, now())
             FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]), CAST(:workers AS uuid[]))
@@ -47,7 +47,7 @@ async def output_many(
     if not items:
         return set()
     rows = await conn.execute(
-        text(
+        sql(
             """
             WITH v AS (
                 SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]),
@@ -79,7 +79,7 @@ async def give_back_many(conn: AsyncConnection, items: Sequence[tuple[int, int, 
     if not items:
         return set()
     rows = await conn.execute(
-        text(
+        sql(
             f"""
             WITH l AS (
                 UPDATE leases SET state = 'expired', ended_at = now()
@@ -112,7 +112,7 @@ async def finish_many(
     if not items:
         return {}
     rows = await conn.execute(
-        text(
+        sql(
             """
             WITH v AS (
                 SELECT * FROM unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]),
@@ -161,7 +161,7 @@ async def already_finished(
     if not items:
         return set()
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT l.job_id, l.epoch FROM leases l
             JOIN unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]), CAST(:workers AS uuid[]))
@@ -184,7 +184,7 @@ async def live_jobs(conn: AsyncConnection, items: Sequence[tuple[int, int, str]]
     if not items:
         return {}
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT j.id, l.epoch, j.tenant FROM leases l
             JOIN unnest(CAST(:jobs AS bigint[]), CAST(:epochs AS int[]), CAST(:workers AS uuid[]))
@@ -206,7 +206,7 @@ async def merge_metrics(conn: AsyncConnection, items: Sequence[tuple[int, str]])
     """
     if items:
         await conn.execute(
-            text(
+            sql(
                 """
                 UPDATE jobs SET metrics = jobs.metrics || CAST(v.m AS jsonb)
                 FROM unnest(CAST(:jobs AS bigint[]), CAST(:ms AS text[])) AS v(job, m)
@@ -221,7 +221,7 @@ async def set_outputs(conn: AsyncConnection, items: Sequence[tuple[int, str]]) -
     """Record each finished job's outputs (job, JSON list)."""
     if items:
         await conn.execute(
-            text(
+            sql(
                 """
                 UPDATE jobs SET outputs = CAST(v.o AS jsonb)
                 FROM unnest(CAST(:jobs AS bigint[]), CAST(:os AS text[])) AS v(job, o)

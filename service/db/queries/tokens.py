@@ -2,11 +2,12 @@
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, insert, or_, select, text, update
+from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.records import TokenRecord
 from service.db.schema import tokens
+from service.db.statements import sql
 
 _COLS = [tokens.c[f] for f in TokenRecord.__dataclass_fields__]
 
@@ -161,7 +162,7 @@ async def dead_credentials(conn: AsyncConnection, names: Sequence[str]) -> dict[
     if not names:
         return {}
     rows = await conn.execute(
-        text(
+        sql(
             """
             SELECT name,
                    CASE WHEN bool_or(revoked_at IS NULL) THEN 'expired' ELSE 'revoked' END

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.resources import Resources
 from service.db.records import WorkerRecord
+from service.db.statements import sql
 
 WORKERS_CHANNEL = "berth_workers_v1"
 
@@ -38,7 +38,7 @@ async def holder(conn: AsyncConnection, *, name: str) -> Holder | None:
     """The row named `name`, locked for this transaction; None when there is none."""
     row = (
         await conn.execute(
-            text(
+            sql(
                 """
                 SELECT id::text AS id, identity, instance,
                     liveness IN ('ok', 'unreachable') OR EXISTS (
@@ -56,7 +56,7 @@ async def holder(conn: AsyncConnection, *, name: str) -> Holder | None:
 async def holds_leases(conn: AsyncConnection, *, name: str) -> bool:
     """A worker of this name holds a live lease now."""
     row = await conn.execute(
-        text(
+        sql(
             "SELECT 1 FROM workers w JOIN leases l ON l.worker_id = w.id "
             "WHERE w.name = :name AND l.state = 'live' LIMIT 1"
         ),
@@ -67,7 +67,7 @@ async def holds_leases(conn: AsyncConnection, *, name: str) -> bool:
 
 async def remove(conn: AsyncConnection, *, worker_id: str) -> None:
     """Delete a worker row (its ended leases go with it); callers check it holds none live."""
-    await conn.execute(text("DELETE FROM workers WHERE id = :id"), {"id": worker_id})
+    await conn.execute(sql("DELETE FROM workers WHERE id = :id"), {"id": worker_id})
 
 
 async def attach(
@@ -94,7 +94,7 @@ async def attach(
     """
     row = (
         await conn.execute(
-            text(
+            sql(
                 """
                 INSERT INTO workers AS w (id, name, identity, pool, instance, server_id, labels,
                     tenants, parallel, host, capacity, python, env_digest, version, liveness,
@@ -139,12 +139,12 @@ async def attach(
 
 
 async def get(conn: AsyncConnection, *, name: str) -> WorkerRecord | None:
-    row = (await conn.execute(text(_SELECT + " WHERE name = :n"), {"n": name})).one_or_none()
+    row = (await conn.execute(sql(_SELECT + " WHERE name = :n"), {"n": name})).one_or_none()
     return WorkerRecord.of(row) if row else None
 
 
 async def list_all(conn: AsyncConnection) -> list[WorkerRecord]:
-    rows = await conn.execute(text(_SELECT + " ORDER BY name"))
+    rows = await conn.execute(sql(_SELECT + " ORDER BY name"))
     return [WorkerRecord.of(r) for r in rows]
 
 
@@ -159,7 +159,7 @@ async def beat_many(
     if not beats:
         return set()
     rows = await conn.execute(
-        text(
+        sql(
             """
             UPDATE workers SET last_seen_at = clock_timestamp(), host = CAST(v.host AS jsonb),
                 liveness = 'ok'
@@ -180,7 +180,7 @@ async def beat_many(
 async def detach(conn: AsyncConnection, *, worker_id: str, server_id: str, gone: bool) -> None:
     """This server no longer holds the worker's socket. `gone`: it left on purpose."""
     await conn.execute(
-        text(
+        sql(
             """
             UPDATE workers SET server_id = NULL,
                 liveness = CASE WHEN :gone THEN 'gone' ELSE liveness END
@@ -195,7 +195,7 @@ async def tenants_for_update(conn: AsyncConnection, *, name: str) -> list[str] |
     """The tenants the worker serves ([]: every one), its row locked; None: no such worker."""
     row = (
         await conn.execute(
-            text("SELECT tenants FROM workers WHERE name = :n FOR UPDATE"), {"n": name}
+            sql("SELECT tenants FROM workers WHERE name = :n FOR UPDATE"), {"n": name}
         )
     ).one_or_none()
     return list(row.tenants) if row else None
@@ -204,7 +204,7 @@ async def tenants_for_update(conn: AsyncConnection, *, name: str) -> list[str] |
 async def set_state(conn: AsyncConnection, *, name: str, state: str) -> WorkerRecord | None:
     row = (
         await conn.execute(
-            text("UPDATE workers SET state = :s WHERE name = :n RETURNING name"),
+            sql("UPDATE workers SET state = :s WHERE name = :n RETURNING name"),
             {"s": state, "n": name},
         )
     ).one_or_none()
@@ -214,7 +214,7 @@ async def set_state(conn: AsyncConnection, *, name: str, state: str) -> WorkerRe
 async def mark_unreachable(conn: AsyncConnection, *, after: float) -> list[str]:
     """Stage 1: attached-looking workers silent for `after` seconds. Returns their names."""
     rows = await conn.execute(
-        text(
+        sql(
             """
             UPDATE workers SET liveness = 'unreachable'
             WHERE liveness = 'ok'
@@ -233,7 +233,7 @@ async def mark_lost(conn: AsyncConnection, *, after: float) -> list[tuple[str, s
     Returns (id, name) of workers whose leases must now expire.
     """
     rows = await conn.execute(
-        text(
+        sql(
             """
             UPDATE workers SET liveness = CASE WHEN liveness = 'gone' THEN 'gone' ELSE 'lost' END
             WHERE last_seen_at < clock_timestamp() - make_interval(secs => :after)
@@ -251,7 +251,7 @@ async def mark_lost(conn: AsyncConnection, *, after: float) -> list[tuple[str, s
 async def notify(conn: AsyncConnection, payload: dict[str, Any]) -> None:
     """Tell every server about a worker (cancel, drain, revoke); the holder of its socket acts."""
     await conn.execute(
-        text("SELECT pg_notify(:ch, :p)"), {"ch": WORKERS_CHANNEL, "p": json.dumps(payload)}
+        sql("SELECT pg_notify(:ch, :p)"), {"ch": WORKERS_CHANNEL, "p": json.dumps(payload)}
     )
 
 
@@ -264,7 +264,7 @@ async def placeable_if_queued(
     (and, when idle, all it needs).
     """
     rows = await conn.execute(
-        text(
+        sql(
             _COLUMNS  # noqa: S608  (constant column list, no input)
             + """,
                 coalesce(u.used, '{}'::jsonb) AS used, coalesce(u.cpus, 0) AS r_cpus,
@@ -299,7 +299,7 @@ async def lock(conn: AsyncConnection, *, name: str) -> WorkerRecord | None:
     No lease is granted to it meanwhile: a grant's lease row must share-lock its worker's row.
     """
     row = (
-        await conn.execute(text(_SELECT + " WHERE name = :n FOR UPDATE"), {"n": name})
+        await conn.execute(sql(_SELECT + " WHERE name = :n FOR UPDATE"), {"n": name})
     ).one_or_none()
     return WorkerRecord.of(row) if row else None
 
@@ -310,7 +310,7 @@ async def delete(conn: AsyncConnection, *, worker_id: str) -> None:
     Those are its history of runs; the jobs keep the worker's name.
     """
     await conn.execute(
-        text(
+        sql(
             """
             WITH old AS (DELETE FROM leases WHERE worker_id = :id AND state <> 'live')
             DELETE FROM workers WHERE id = :id
@@ -326,7 +326,7 @@ async def forget(conn: AsyncConnection, *, after: float) -> list[str]:
     Rows someone holds (a worker attaching again under its name) are skipped, not waited for.
     """
     rows = await conn.execute(
-        text(
+        sql(
             """
             WITH doomed AS (
                 SELECT id, name FROM workers w
