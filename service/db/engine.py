@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from service.core import audit_chain
 from service.core.errors import Conflict, Unavailable
+from service.db.driver import DriverConnection
 
 # A pooled connection idle longer than this is pinged before use (one round trip); one used
 # more recently is not: a busy server would otherwise pay a ping per transaction (a fifth of a
@@ -131,6 +132,32 @@ class Database:
         except UNAVAILABLE as exc:
             raise Unavailable("the database is not reachable; retry shortly") from exc
 
+    @contextlib.asynccontextmanager
+    async def driver(self) -> AsyncIterator[DriverConnection]:
+        """A transaction straight on the driver, for the hot paths (db/driver.py says why).
+
+        The same pool, the same commit-or-roll-back and the same translated errors as begin().
+        """
+        try:
+            async with self.engine.connect() as conn:
+                raw = (await conn.get_raw_connection()).driver_connection
+                assert raw is not None  # a checked-out connection always has its driver's
+                try:
+                    async with raw.transaction():
+                        yield DriverConnection(raw, {AUDIT_KEY: self._audit_key})
+                except UNAVAILABLE:
+                    # SQLAlchemy never saw this connection fail: drop it from the pool here.
+                    await conn.invalidate()
+                    raise
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise Conflict(_constraint_message_of(exc.constraint_name or "")) from exc
+        except DBAPIError as exc:  # from the pool's checkout (connect, ping)
+            if is_unavailable(exc):
+                raise Unavailable("the database is not reachable; retry shortly") from exc
+            raise
+        except UNAVAILABLE as exc:
+            raise Unavailable("the database is not reachable; retry shortly") from exc
+
     async def dispose(self) -> None:
         await self.engine.dispose()
 
@@ -155,7 +182,12 @@ def _ping_if_idle(dbapi_conn: Any, record: Any, _proxy: Any) -> None:  # noqa: A
 
 
 def _constraint_message(exc: IntegrityError) -> str:
-    name = getattr(getattr(exc.orig, "__cause__", None), "constraint_name", None) or ""
+    return _constraint_message_of(
+        getattr(getattr(exc.orig, "__cause__", None), "constraint_name", None) or ""
+    )
+
+
+def _constraint_message_of(name: str) -> str:
     if "tokens_one_live_name" in name:
         return "a live token with that name exists"
     if "leases_one_live_per_job" in name:

@@ -8,11 +8,10 @@ with SKIP LOCKED, and `leases_one_live_per_job` rejects any second live lease ou
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from service.core import placement
 from service.core.placement import PoolSpec, Quotas
 from service.core.states import DevicePolicy, Liveness
+from service.db.driver import Conn
 from service.db.engine import Database
 from service.db.queries import leases as leases_q
 from service.db.queries import workers as workers_q
@@ -40,7 +39,7 @@ async def run_pass(
     """Lease queued jobs to free slots of `worker_ids`, within each tenant's `quotas`."""
     if not worker_ids:
         return Pass()
-    async with db.begin() as conn:
+    async with db.driver() as conn:
         # Idle (nothing queued) ends here, after one round trip.
         found = await workers_q.placeable_if_queued(conn, worker_ids)
         if not found:
@@ -101,7 +100,7 @@ async def run_pass(
 
 
 async def _within_quotas(
-    conn: AsyncConnection,
+    conn: Conn,
     chosen: list[tuple[placement.JobWant, placement.WorkerView]],
     quotas: Quotas,
 ) -> list[tuple[placement.JobWant, placement.WorkerView]]:
@@ -128,7 +127,7 @@ async def _within_quotas(
     return kept
 
 
-async def _attached_everywhere(conn: AsyncConnection) -> list[placement.WorkerView]:
+async def _attached_everywhere(conn: Conn) -> list[placement.WorkerView]:
     records = await workers_q.list_all(conn)
     return [
         view_of(w, {}, attached=w.server_id is not None and w.liveness == Liveness.OK)

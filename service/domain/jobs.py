@@ -17,6 +17,7 @@ from service.core.errors import Conflict, Invalid, NotFound, OverBound
 from service.core.placement import PoolSpec
 from service.core.resources import Resources
 from service.core.states import DevicePolicy, JobState
+from service.db.driver import Conn
 from service.db.engine import Database
 from service.db.queries import artifacts as artifacts_q
 from service.db.queries import jobs as jobs_q
@@ -160,7 +161,9 @@ async def submit(
     code = _code_by_hash(rows) if cas is not None else {}
     max_queued = {t: b.max_queued for t, b in bounds.items()}
     adding = dict(Counter(row["tenant"] for row in rows))
-    async with db.begin() as conn:
+    uncounted = queued.uncounted(adding, max_queued) if queued else frozenset()
+
+    async def insert(conn: Conn) -> list[JobRecord]:
         created, over, counts = await jobs_q.submit_many(
             conn,
             rows,
@@ -168,23 +171,30 @@ async def submit(
             caller=str(caller),
             request_id=request_id,
             on_behalf=caller.on_behalf,
-            uncounted=queued.uncounted(adding, max_queued) if queued else frozenset(),
+            uncounted=uncounted,
         )
         if over:
             raise _over(over[0], bounds[over[0].tenant].key("max_queued"))
-        if cas is not None:
-            if code:
-                # Stored only once the jobs are in: a refused submit leaves nothing in the
-                # store. Their references commit with the jobs, under the blobs' shared locks
-                # (taken before the put), so the collector cannot take one before the commit.
-                await artifacts_q.lock_shared(conn, *code)
-                for sha, source in code.items():
-                    await cas.store.put(one_chunk(source), sha256=sha)
-            await _reference(
-                conn, created, cas, {sha: len(b) for sha, b in code.items()}, by=str(caller)
-            )
-    if queued:
-        queued.submitted(adding, ((c.tenant, c.queued) for c in counts))
+        if queued:
+            queued.submitted(adding, ((c.tenant, c.queued) for c in counts))
+        return created
+
+    if cas is None or not (code or any(r["inputs"] for r in rows)):
+        # Nothing to reference in the store: the hot path, straight on the driver.
+        async with db.driver() as hot:
+            return await insert(hot)
+    async with db.begin() as conn:
+        created = await insert(conn)
+        if code:
+            # Stored only once the jobs are in: a refused submit leaves nothing in the
+            # store. Their references commit with the jobs, under the blobs' shared locks
+            # (taken before the put), so the collector cannot take one before the commit.
+            await artifacts_q.lock_shared(conn, *code)
+            for sha, source in code.items():
+                await cas.store.put(one_chunk(source), sha256=sha)
+        await _reference(
+            conn, created, cas, {sha: len(b) for sha, b in code.items()}, by=str(caller)
+        )
     return created
 
 

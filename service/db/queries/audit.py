@@ -1,5 +1,6 @@
 """SQL for the audit log: append is a plain insert; sealing chains entries in batches."""
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -8,16 +9,17 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core import audit_chain
+from service.db.driver import Conn
 from service.db.engine import AUDIT_KEY
 from service.db.schema import audit, audit_anchor
 from service.db.statements import sql
 
 
-async def append(conn: AsyncConnection, entries: Sequence[dict[str, Any]]) -> None:
+async def append(conn: Conn, entries: Sequence[dict[str, Any]]) -> None:
     """Insert entries (caller, action, target, tenant, request_id, detail) unsealed.
 
     Each is signed with this transaction's audit key when it has one: the sealer chains only
-    signed entries (a database writer without the key cannot sign).
+    signed entries (a database writer without the key cannot sign). One statement, in order.
     """
     if not entries:
         return
@@ -33,10 +35,29 @@ async def append(conn: AsyncConnection, entries: Sequence[dict[str, Any]]) -> No
         }
         for e in entries
     ]
-    if key is not None:
-        for row in rows:
-            row["mac"] = audit_chain.sign_row(key, row)
-    await conn.execute(insert(audit), rows)
+    await conn.execute(
+        _APPEND,
+        {
+            "callers": [r["caller"] for r in rows],
+            "actions": [r["action"] for r in rows],
+            "targets": [r["target"] for r in rows],
+            "tenants": [r["tenant"] for r in rows],
+            "request_ids": [r["request_id"] for r in rows],
+            "details": [json.dumps(r["detail"]) for r in rows],
+            "macs": [audit_chain.sign_row(key, r) if key is not None else None for r in rows],
+        },
+    )
+
+
+_APPEND = sql(
+    """
+    INSERT INTO audit (caller, action, target, tenant, request_id, detail, mac)
+    SELECT * FROM unnest(CAST(:callers AS text[]), CAST(:actions AS text[]),
+                         CAST(:targets AS text[]), CAST(:tenants AS text[]),
+                         CAST(:request_ids AS text[]), CAST(:details AS jsonb[]),
+                         CAST(:macs AS bytea[]))
+    """
+)
 
 
 async def recent(

@@ -14,6 +14,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.states import LIVE_JOB_STATES, JobState
+from service.db.driver import Conn
 from service.db.queries import audit as audit_q
 from service.db.records import JobRecord, OutputChunk
 from service.db.schema import job_output, jobs, tenants
@@ -90,6 +91,7 @@ ORDER BY id, over_tenant
     .replace("{channel}", JOBS_CHANNEL)
     .replace("{nulls}", ", ".join(f"NULL AS {c.name}" for c in COLS))
 )
+_SUBMIT = sql(_SUBMIT_SQL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,7 @@ class QueueCount:
 
 
 async def submit_many(
-    conn: AsyncConnection,
+    conn: Conn,
     rows: Sequence[dict[str, Any]],
     *,
     max_queued: Mapping[str, int],
@@ -125,7 +127,7 @@ async def submit_many(
     adding = Counter(row["tenant"] for row in rows)
     result = (
         await conn.execute(
-            sql(_SUBMIT_SQL),
+            _SUBMIT,
             {
                 "jobs": json.dumps(payload),
                 "tenants": list(adding),

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.placement import JobWant, Quotas
 from service.core.resources import Resources
+from service.db.driver import Conn
 from service.db.records import JobRecord
 from service.db.statements import sql
 
@@ -91,7 +92,7 @@ WHERE (coalesce(q.max_running, :d_running) = 0
 
 
 async def candidates(
-    conn: AsyncConnection,
+    conn: Conn,
     *,
     kinds: Sequence[str],
     pools: Sequence[str],
@@ -132,7 +133,7 @@ async def candidates(
     return [JobWant.of(r) for r in rows]
 
 
-async def hold_quotas(conn: AsyncConnection, tenants: Sequence[str]) -> dict[str, tuple[int, int]]:
+async def hold_quotas(conn: Conn, tenants: Sequence[str]) -> dict[str, tuple[int, int]]:
     """Lock these tenants' quotas until commit; then (jobs running, GPUs held) of each.
 
     Two servers granting to one tenant at once take turns here (a transaction-scoped advisory
@@ -151,9 +152,7 @@ async def hold_quotas(conn: AsyncConnection, tenants: Sequence[str]) -> dict[str
     return await usage_of_tenants(conn, names)
 
 
-async def usage_of_tenants(
-    conn: AsyncConnection, tenants: Sequence[str]
-) -> dict[str, tuple[int, int]]:
+async def usage_of_tenants(conn: Conn, tenants: Sequence[str]) -> dict[str, tuple[int, int]]:
     """(jobs running, GPUs held) of each of these tenants now, without a lock (for people)."""
     rows = await conn.execute(
         sql(
@@ -179,7 +178,7 @@ async def reserved(conn: AsyncConnection, worker_ids: Sequence[str]) -> dict[str
     return {str(r[0]): Resources(float(r[1]), int(r[2]), int(r[3])) for r in rows}
 
 
-async def lock_queued(conn: AsyncConnection, job_ids: Sequence[int], *, want: int) -> set[int]:
+async def lock_queued(conn: Conn, job_ids: Sequence[int], *, want: int) -> set[int]:
     """Lock up to `want` of these, first in the order given, that are still queued.
 
     Rows another server is granting right now are skipped, so servers racing over the same
@@ -200,9 +199,7 @@ async def lock_queued(conn: AsyncConnection, job_ids: Sequence[int], *, want: in
     return {r[0] for r in rows}
 
 
-async def grant(
-    conn: AsyncConnection, assignments: Sequence[tuple[int, str, str]]
-) -> list[JobRecord]:
+async def grant(conn: Conn, assignments: Sequence[tuple[int, str, str]]) -> list[JobRecord]:
     """Lease each (job_id, worker_id, worker_name) in one statement; the epoch is attempt + 1.
 
     The jobs must be locked by `lock_queued` in this transaction.

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.resources import Resources
+from service.db.driver import Conn
 from service.db.records import WorkerRecord
 from service.db.statements import sql
 
@@ -143,7 +144,7 @@ async def get(conn: AsyncConnection, *, name: str) -> WorkerRecord | None:
     return WorkerRecord.of(row) if row else None
 
 
-async def list_all(conn: AsyncConnection) -> list[WorkerRecord]:
+async def list_all(conn: Conn) -> list[WorkerRecord]:
     rows = await conn.execute(sql(_SELECT + " ORDER BY name"))
     return [WorkerRecord.of(r) for r in rows]
 
@@ -256,7 +257,7 @@ async def notify(conn: AsyncConnection, payload: dict[str, Any]) -> None:
 
 
 async def placeable_if_queued(
-    conn: AsyncConnection, ids: Sequence[str]
+    conn: Conn, ids: Sequence[str]
 ) -> list[tuple[WorkerRecord, dict[str, int], Resources]]:
     """These workers with their live leases per kind and what those reserve.
 
