@@ -90,6 +90,13 @@ class Rows:
     def scalar(self) -> Any:  # noqa: ANN401
         return self._rows[0][0] if self._rows else None
 
+    def scalar_one(self) -> Any:  # noqa: ANN401
+        return self.one()[0]
+
+    def scalar_one_or_none(self) -> Any:  # noqa: ANN401
+        row = self.one_or_none()
+        return None if row is None else row[0]
+
 
 class DriverConnection:
     """An asyncpg connection in a transaction, executing the queries' textual statements."""

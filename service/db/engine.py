@@ -109,12 +109,15 @@ class Database:
             async_url(url),
             pool_size=pool_size,
             max_overflow=pool_size if max_overflow is None else max_overflow,
-            pool_pre_ping=False,  # replaced by _ping_if_idle: a ping only after an idle spell
+            pool_pre_ping=False,  # replaced by _ping_if_stale: a ping only after an idle spell
             pool_recycle=1800,
         )
+        # When the driver path last met a dead connection (SQLAlchemy invalidates the pool on
+        # its own path's disconnects; this path's is told here): older pooled ones get pinged.
+        self._broken_at = float("-inf")
         pool = self.engine.sync_engine.pool
         event.listen(pool, "checkin", _mark_idle)
-        event.listen(pool, "checkout", _ping_if_idle)
+        event.listen(pool, "checkout", self._ping_if_stale)
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
@@ -146,7 +149,9 @@ class Database:
                     async with raw.transaction():
                         yield DriverConnection(raw, {AUDIT_KEY: self._audit_key})
                 except UNAVAILABLE:
-                    # SQLAlchemy never saw this connection fail: drop it from the pool here.
+                    # SQLAlchemy never saw this connection fail: drop it from the pool here,
+                    # and have the others pooled before now pinged before their next use.
+                    self._broken_at = time.monotonic()
                     await conn.invalidate()
                     raise
         except asyncpg.IntegrityConstraintViolationError as exc:
@@ -158,6 +163,24 @@ class Database:
         except UNAVAILABLE as exc:
             raise Unavailable("the database is not reachable; retry shortly") from exc
 
+    def _ping_if_stale(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:  # noqa: ANN401
+        """After a Postgres restart, a stale pooled connection is replaced before use.
+
+        Pinged: one idle for PING_IDLE_SECONDS, or pooled before the driver path last met a
+        dead one. Runs inside SQLAlchemy's greenlet (the adapted connection's ping awaits). A
+        fresh connection (no mark) needs no ping. DisconnectionError makes the pool retry
+        with a new connection.
+        """
+        since = record.info.get(_IDLE_SINCE)
+        if since is None:
+            return
+        if time.monotonic() - since < PING_IDLE_SECONDS and since > self._broken_at:
+            return
+        try:
+            dbapi_conn.ping()
+        except Exception as exc:
+            raise DisconnectionError("stale pooled connection") from exc
+
     async def dispose(self) -> None:
         await self.engine.dispose()
 
@@ -166,19 +189,6 @@ def _mark_idle(_dbapi_conn: Any, record: Any) -> None:  # noqa: ANN401  (SQLAlch
     record.info[_IDLE_SINCE] = time.monotonic()
 
 
-def _ping_if_idle(dbapi_conn: Any, record: Any, _proxy: Any) -> None:  # noqa: ANN401
-    """After a Postgres restart, a stale pooled connection is replaced before use.
-
-    Runs inside SQLAlchemy's greenlet (the adapted connection's ping awaits). A fresh connection
-    (no mark) needs no ping. DisconnectionError makes the pool retry with a new connection.
-    """
-    since = record.info.get(_IDLE_SINCE)
-    if since is None or time.monotonic() - since < PING_IDLE_SECONDS:
-        return
-    try:
-        dbapi_conn.ping()
-    except Exception as exc:
-        raise DisconnectionError("stale pooled connection") from exc
 
 
 def _constraint_message(exc: IntegrityError) -> str:

@@ -194,7 +194,7 @@ async def beats(
     db: Database, *, server_id: str, beats: Sequence[tuple[str, protocol.Host]]
 ) -> set[str]:
     """Record many heartbeats in one statement; returns the worker ids written."""
-    async with db.begin() as conn:
+    async with db.driver() as conn:
         return await workers_q.beat_many(
             conn, server_id=server_id, beats=[(w, _host(h)) for w, h in beats]
         )

@@ -11,15 +11,16 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+import asyncpg
 import msgspec
 import structlog
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service import protocol
 from service.config import Config
 from service.core import bounds
 from service.core.errors import BerthError, Unavailable
+from service.db.driver import Conn
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import reports as reports_q
@@ -93,7 +94,7 @@ class Verdicts:
 
 # What the database (or berth's own check) says of a report it will not take: a statement that
 # failed, a conflict. Anything else is a bug in berth, not in a report, and is not isolated.
-REFUSED = (BerthError, DBAPIError)
+REFUSED = (BerthError, DBAPIError, asyncpg.PostgresError)
 
 
 async def apply(db: Database, batch: Reports, *, in_force: Config | None = None) -> Verdicts:
@@ -103,7 +104,7 @@ async def apply(db: Database, batch: Reports, *, in_force: Config | None = None)
     past its max_stored_gb are not kept, and a result whose outputs were not says why.
     """
     try:
-        async with db.begin() as conn:
+        async with db.driver() as conn:
             return await _apply(conn, batch, in_force)
     except Unavailable:
         raise
@@ -112,7 +113,7 @@ async def apply(db: Database, batch: Reports, *, in_force: Config | None = None)
     verdicts = Verdicts()
     for one in batch.singles():
         try:
-            async with db.begin() as conn:
+            async with db.driver() as conn:
                 verdicts = verdicts.merge(await _apply(conn, one, in_force))
         except Unavailable:
             raise  # what was applied stays; a retry applies it again harmlessly
@@ -121,7 +122,9 @@ async def apply(db: Database, batch: Reports, *, in_force: Config | None = None)
     return verdicts
 
 
-async def _reject(db: Database, one: Reports, exc: BerthError | DBAPIError) -> Verdicts:
+async def _reject(
+    db: Database, one: Reports, exc: BerthError | DBAPIError | asyncpg.PostgresError
+) -> Verdicts:
     """A report the database refused on its own: log it; a result still ends its job."""
     log.error("report_refused", error=repr(exc), report=_describe(one))
     if not one.finished:
@@ -135,7 +138,7 @@ async def _reject(db: Database, one: Reports, exc: BerthError | DBAPIError) -> V
         exit_code=f.exit_code,
         error="the worker's result could not be stored; see the server log",
     )
-    async with db.begin() as conn:
+    async with db.driver() as conn:
         return await _apply(conn, Reports(finished=[(worker, stand_in)]), None)
 
 
@@ -146,7 +149,7 @@ def _describe(one: Reports) -> str:
     return "nothing"
 
 
-async def _apply(conn: AsyncConnection, batch: Reports, in_force: Config | None) -> Verdicts:
+async def _apply(conn: Conn, batch: Reports, in_force: Config | None) -> Verdicts:
     results = batch.finished
     if in_force is not None:
         results = await _outputs_within_bounds(conn, results, in_force)
@@ -196,7 +199,7 @@ async def _apply(conn: AsyncConnection, batch: Reports, in_force: Config | None)
 
 
 async def _outputs_within_bounds(
-    conn: AsyncConnection,
+    conn: Conn,
     results: list[tuple[WorkerRecord, protocol.Finished]],
     in_force: Config,
 ) -> list[tuple[WorkerRecord, protocol.Finished]]:
@@ -236,9 +239,7 @@ async def _outputs_within_bounds(
     return out
 
 
-async def _keep_metrics_and_saved(
-    conn: AsyncConnection, batch: Reports, in_force: Config | None
-) -> None:
+async def _keep_metrics_and_saved(conn: Conn, batch: Reports, in_force: Config | None) -> None:
     """Metrics merge into their job, saved artifacts are referenced for its tenant.
 
     Both only under the reporting worker's live lease; a save past its tenant's max_stored_gb
@@ -274,7 +275,7 @@ async def _keep_metrics_and_saved(
 
 
 async def _keep_outputs(
-    conn: AsyncConnection,
+    conn: Conn,
     accepted: list[tuple[WorkerRecord, protocol.Finished]],
     tenants: Mapping[tuple[int, int], str],
 ) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.db.driver import Conn
 from service.db.statements import sql
 
 
@@ -50,7 +51,7 @@ _HOLDS = f"(({_EXPIRES}) IS NULL OR ({_EXPIRES}) > now())"
 _FROM = "cas_refs r LEFT JOIN jobs j ON j.id = r.job_id"
 
 
-async def lock_shared(conn: AsyncConnection, *shas: str) -> None:
+async def lock_shared(conn: Conn, *shas: str) -> None:
     """Take these blobs' locks in shared form until the transaction ends.
 
     Every reference insert does; one statement for any number of blobs.
@@ -64,7 +65,7 @@ async def lock_shared(conn: AsyncConnection, *shas: str) -> None:
     )
 
 
-async def lock(conn: AsyncConnection, sha256: str) -> None:
+async def lock(conn: Conn, sha256: str) -> None:
     """Take the blob's lock exclusively until the transaction ends (the collector)."""
     await conn.execute(
         sql("SELECT pg_advisory_xact_lock(CAST(:k AS int), hashtext(:sha))"),
@@ -73,7 +74,7 @@ async def lock(conn: AsyncConnection, sha256: str) -> None:
 
 
 async def insert(
-    conn: AsyncConnection,
+    conn: Conn,
     *,
     tenant: str,
     sha256: str,
@@ -97,7 +98,7 @@ async def insert(
     return int(row.scalar_one())
 
 
-async def complete(conn: AsyncConnection, *, ref_id: int, size: int) -> bool:
+async def complete(conn: Conn, *, ref_id: int, size: int) -> bool:
     """The write behind a pending reference is done: record the size; end it if it has no job.
 
     False when the row is gone (the collector let a pending write of over a day go).
@@ -113,14 +114,12 @@ async def complete(conn: AsyncConnection, *, ref_id: int, size: int) -> bool:
     return row.first() is not None
 
 
-async def drop(conn: AsyncConnection, *, ref_id: int) -> None:
+async def drop(conn: Conn, *, ref_id: int) -> None:
     """Remove a reference whose write failed: it must grant nothing."""
     await conn.execute(sql("DELETE FROM cas_refs WHERE id = :id"), {"id": ref_id})
 
 
-async def held_size(
-    conn: AsyncConnection, *, tenants: Sequence[str], sha256: str, gc: float
-) -> int | None:
+async def held_size(conn: Conn, *, tenants: Sequence[str], sha256: str, gc: float) -> int | None:
     """The blob's size when one of `tenants` holds a complete reference to it; None otherwise."""
     row = await conn.execute(
         sql(
@@ -134,7 +133,7 @@ async def held_size(
     return None if size is None else int(size)
 
 
-async def stored_bytes(conn: AsyncConnection, *, tenant: str, gc: float) -> int:
+async def stored_bytes(conn: Conn, *, tenant: str, gc: float) -> int:
     """Bytes of the distinct blobs `tenant`'s complete references keep in the store now."""
     row = await conn.execute(
         sql(
@@ -147,7 +146,7 @@ async def stored_bytes(conn: AsyncConnection, *, tenant: str, gc: float) -> int:
     return int(row.scalar_one())
 
 
-async def insert_many(conn: AsyncConnection, refs: Sequence[Ref]) -> None:
+async def insert_many(conn: Conn, refs: Sequence[Ref]) -> None:
     """Complete references, one statement for all (and one for their blobs' locks)."""
     if not refs:
         return
@@ -172,9 +171,7 @@ async def insert_many(conn: AsyncConnection, refs: Sequence[Ref]) -> None:
     )
 
 
-async def held_sizes(
-    conn: AsyncConnection, *, tenant: str, shas: Sequence[str], gc: float
-) -> dict[str, int]:
+async def held_sizes(conn: Conn, *, tenant: str, shas: Sequence[str], gc: float) -> dict[str, int]:
     """Of `shas`, those `tenant` holds a complete reference to: their sizes."""
     rows = await conn.execute(
         sql(
@@ -187,9 +184,7 @@ async def held_sizes(
     return {r[0]: int(r[1]) for r in rows}
 
 
-async def drop_outputs_except(
-    conn: AsyncConnection, listed: Sequence[tuple[int, Sequence[str]]]
-) -> None:
+async def drop_outputs_except(conn: Conn, listed: Sequence[tuple[int, Sequence[str]]]) -> None:
     """Delete each job's `output` references except to the blobs listed for it; one statement."""
     if not listed:
         return
@@ -204,9 +199,7 @@ async def drop_outputs_except(
     )
 
 
-async def written_for_jobs(
-    conn: AsyncConnection, pairs: Sequence[tuple[int, str]]
-) -> set[tuple[int, str]]:
+async def written_for_jobs(conn: Conn, pairs: Sequence[tuple[int, str]]) -> set[tuple[int, str]]:
     """Of (job, sha256), those with a complete reference of that job (a fenced write)."""
     if not pairs:
         return set()
@@ -222,9 +215,7 @@ async def written_for_jobs(
     return {(r[0], r[1]) for r in rows}
 
 
-async def live_lease_tenant(
-    conn: AsyncConnection, *, job_id: int, epoch: int, worker: str
-) -> str | None:
+async def live_lease_tenant(conn: Conn, *, job_id: int, epoch: int, worker: str) -> str | None:
     """The job's tenant while (job, epoch) is the live lease of the worker named `worker`.
 
     None means stale (or never this worker's): refuse, as a report would be refused.
@@ -244,7 +235,7 @@ async def live_lease_tenant(
 # -- the collector ---------------------------------------------------------------------------
 
 
-async def unheld(conn: AsyncConnection, *, gc: float, limit: int) -> list[str]:
+async def unheld(conn: Conn, *, gc: float, limit: int) -> list[str]:
     """Blobs that have references, none of which holds them any more (candidates to delete)."""
     rows = await conn.execute(
         sql(
@@ -256,7 +247,7 @@ async def unheld(conn: AsyncConnection, *, gc: float, limit: int) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-async def holds(conn: AsyncConnection, *, sha256: str, gc: float) -> bool:
+async def holds(conn: Conn, *, sha256: str, gc: float) -> bool:
     """Whether any reference (complete or pending, of any tenant) still holds the blob."""
     row = await conn.execute(
         sql(
@@ -277,7 +268,7 @@ async def forget(conn: AsyncConnection, *, sha256: str) -> int:
     return int(row.rowcount)
 
 
-async def known(conn: AsyncConnection, *, shas: Sequence[str]) -> set[str]:
+async def known(conn: Conn, *, shas: Sequence[str]) -> set[str]:
     """Which of these blobs any reference row names (held or not)."""
     rows = await conn.execute(
         sql("SELECT DISTINCT sha256 FROM cas_refs WHERE sha256 = ANY(CAST(:shas AS text[]))"),
@@ -286,7 +277,7 @@ async def known(conn: AsyncConnection, *, shas: Sequence[str]) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
-async def note_unclaimed(conn: AsyncConnection, *, blobs: Sequence[tuple[str, int]]) -> None:
+async def note_unclaimed(conn: Conn, *, blobs: Sequence[tuple[str, int]]) -> None:
     """Note blobs in the store that no reference names: each is held `gc` from now, then goes.
 
     A worker may write a blob before it reports the output that references it; the note gives

@@ -168,7 +168,7 @@ async def submit_many(
     return made, [], counts
 
 
-async def notify_jobs(conn: AsyncConnection) -> None:
+async def notify_jobs(conn: Conn) -> None:
     """Tell every server that jobs may wait (delivered when the transaction commits)."""
     await conn.execute(sql(f"NOTIFY {JOBS_CHANNEL}"))
 

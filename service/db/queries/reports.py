@@ -6,8 +6,7 @@ missing from a result set is stale, and its worker is told to kill that copy.
 
 from collections.abc import Sequence
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from service.db.driver import Conn
 from service.db.queries import audit as audit_q
 from service.db.queries.leases import REQUEUE_LOST
 from service.db.statements import sql
@@ -15,7 +14,7 @@ from service.db.statements import sql
 Key = tuple[int, int]  # (job, epoch)
 
 
-async def start_many(conn: AsyncConnection, items: Sequence[tuple[int, int, str]]) -> set[Key]:
+async def start_many(conn: Conn, items: Sequence[tuple[int, int, str]]) -> set[Key]:
     """Leased -> running for (job, epoch, worker) under their live leases; returns those taken."""
     if not items:
         return set()
@@ -38,7 +37,7 @@ async def start_many(conn: AsyncConnection, items: Sequence[tuple[int, int, str]
 
 
 async def output_many(
-    conn: AsyncConnection, items: Sequence[tuple[int, int, str, int, str, bytes]]
+    conn: Conn, items: Sequence[tuple[int, int, str, int, str, bytes]]
 ) -> set[Key]:
     """Keep output (job, epoch, worker, seq, stream, data) in order, live leases only.
 
@@ -70,7 +69,7 @@ async def output_many(
     return {(r[0], r[1]) for r in rows}
 
 
-async def give_back_many(conn: AsyncConnection, items: Sequence[tuple[int, int, str]]) -> set[Key]:
+async def give_back_many(conn: Conn, items: Sequence[tuple[int, int, str]]) -> set[Key]:
     """Leases (job, epoch, worker) whose copy the worker stopped itself: expire, re-queue now.
 
     Like silence's stage 2, but at once: the worker says the copy is dead. A job whose attempts
@@ -101,7 +100,7 @@ async def give_back_many(conn: AsyncConnection, items: Sequence[tuple[int, int, 
 
 
 async def finish_many(
-    conn: AsyncConnection,
+    conn: Conn,
     items: Sequence[tuple[int, int, str, str, str, int | None, str]],
 ) -> dict[Key, str]:
     """Close live leases with their results; audit each, signed by its worker.
@@ -154,9 +153,7 @@ async def finish_many(
     return {(r.id, r.epoch): r.tenant for r in done}
 
 
-async def already_finished(
-    conn: AsyncConnection, items: Sequence[tuple[int, int, str]]
-) -> set[Key]:
+async def already_finished(conn: Conn, items: Sequence[tuple[int, int, str]]) -> set[Key]:
     """Of (job, epoch, worker), those whose result was accepted before: a resend, to ack again."""
     if not items:
         return set()
@@ -179,7 +176,7 @@ def _columns(items: Sequence[tuple[object, ...]], *names: str) -> dict[str, list
     return {name: [item[i] for item in items] for i, name in enumerate(names)}
 
 
-async def live_jobs(conn: AsyncConnection, items: Sequence[tuple[int, int, str]]) -> dict[Key, str]:
+async def live_jobs(conn: Conn, items: Sequence[tuple[int, int, str]]) -> dict[Key, str]:
     """Of (job, epoch, worker), those that are the worker's live lease: their job's tenant."""
     if not items:
         return {}
@@ -199,7 +196,7 @@ async def live_jobs(conn: AsyncConnection, items: Sequence[tuple[int, int, str]]
     return {(r[0], r[1]): r[2] for r in rows}
 
 
-async def merge_metrics(conn: AsyncConnection, items: Sequence[tuple[int, str]]) -> None:
+async def merge_metrics(conn: Conn, items: Sequence[tuple[int, str]]) -> None:
     """Merge emitted numbers (job, JSON object) into each job's metrics: newest per name.
 
     One item per job: an UPDATE ... FROM applies only one of several rows matching a job.
@@ -217,7 +214,7 @@ async def merge_metrics(conn: AsyncConnection, items: Sequence[tuple[int, str]])
         )
 
 
-async def set_outputs(conn: AsyncConnection, items: Sequence[tuple[int, str]]) -> None:
+async def set_outputs(conn: Conn, items: Sequence[tuple[int, str]]) -> None:
     """Record each finished job's outputs (job, JSON list)."""
     if items:
         await conn.execute(

@@ -150,7 +150,7 @@ async def list_all(conn: Conn) -> list[WorkerRecord]:
 
 
 async def beat_many(
-    conn: AsyncConnection, *, server_id: str, beats: Sequence[tuple[str, dict[str, Any]]]
+    conn: Conn, *, server_id: str, beats: Sequence[tuple[str, dict[str, Any]]]
 ) -> set[str]:
     """Record heartbeats (worker id, host sample) in one statement; returns ids written.
 

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.errors import Invalid, NotFound
+from service.db.driver import Conn
 from service.db.queries import artifacts as artifacts_q
 from service.db.queries.artifacts import Ref
 from service.domain.artifacts.blobs import check_sha
@@ -42,9 +42,7 @@ class Reported:
     job_id: int
 
 
-async def reference_held(
-    conn: AsyncConnection, named: Sequence[Named], *, by: str, gc_days: float
-) -> None:
+async def reference_held(conn: Conn, named: Sequence[Named], *, by: str, gc_days: float) -> None:
     """Reference for their jobs blobs their tenants already hold (inputs).
 
     NotFound when a tenant holds no complete reference to one, the same answer as for a blob
@@ -68,7 +66,7 @@ async def reference_held(
     )
 
 
-async def reference(conn: AsyncConnection, refs: Sequence[Ref]) -> None:
+async def reference(conn: Conn, refs: Sequence[Ref]) -> None:
     """Reference blobs written to the store for their tenants (code, a job's output segments).
 
     The caller vouches that each blob is in the store and came from that tenant: use it for
@@ -82,9 +80,7 @@ async def reference(conn: AsyncConnection, refs: Sequence[Ref]) -> None:
     await artifacts_q.insert_many(conn, refs)
 
 
-async def reference_reported(
-    conn: AsyncConnection, reported: Sequence[Reported]
-) -> set[tuple[int, str]]:
+async def reference_reported(conn: Conn, reported: Sequence[Reported]) -> set[tuple[int, str]]:
     """Reference blobs workers report for their live jobs; the (job, sha256) accepted.
 
     A write through this server for the job already referenced it. Otherwise only a fleet-wide
@@ -114,9 +110,7 @@ async def reference_reported(
     return written | set(new)
 
 
-async def drop_unlisted_outputs(
-    conn: AsyncConnection, listed: Sequence[tuple[int, Sequence[str]]]
-) -> None:
+async def drop_unlisted_outputs(conn: Conn, listed: Sequence[tuple[int, Sequence[str]]]) -> None:
     """Let go of each job's output references to blobs its result does not list (job, shas).
 
     What a result does not list was not kept, and grants nothing.

@@ -9,11 +9,10 @@ may pass a bound by what they bring at once.
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from service.config import Config
 from service.core.bounds import TenantBounds, shown_bytes
 from service.core.errors import BerthError, OverBound
+from service.db.driver import Conn
 from service.db.queries import artifacts as artifacts_q
 from service.domain.artifacts.server_store import DAY
 
@@ -47,7 +46,7 @@ class Room:
 
 
 async def room_for(
-    conn: AsyncConnection, bounds: TenantBounds, shas: Sequence[str], *, gc: float
+    conn: Conn, bounds: TenantBounds, shas: Sequence[str], *, gc: float
 ) -> Room | None:
     """The room a write of `shas` has in the tenant's share.
 
@@ -84,7 +83,7 @@ class Bringing:
 
 
 async def over_stored(
-    conn: AsyncConnection, bringing: Sequence[Bringing], in_force: Config
+    conn: Conn, bringing: Sequence[Bringing], in_force: Config
 ) -> dict[object, str]:
     """Of `bringing`, in order, those that would take their tenant past its max_stored_gb.
 
