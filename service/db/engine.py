@@ -189,8 +189,6 @@ def _mark_idle(_dbapi_conn: Any, record: Any) -> None:  # noqa: ANN401  (SQLAlch
     record.info[_IDLE_SINCE] = time.monotonic()
 
 
-
-
 def _constraint_message(exc: IntegrityError) -> str:
     return _constraint_message_of(
         getattr(getattr(exc.orig, "__cause__", None), "constraint_name", None) or ""
