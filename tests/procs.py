@@ -1,4 +1,9 @@
-"""Real `berth serve` and `berth worker` processes for end-to-end tests, on loopback."""
+"""Real `berth serve` and `berth worker` processes for end-to-end tests, on loopback.
+
+Also the process harness the benchmark shares (`bench/berth/common.py` imports it): a free
+port, a config merge, berth's command lines and environment, and the wait for a server's
+`/readyz`. Those pieces stay small and free of test fixtures for that reason.
+"""
 
 import json
 import os
@@ -7,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,62 @@ def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def berth_argv(*args: str) -> list[str]:
+    """berth's command line under this interpreter: `python -m service ARGS`."""
+    return [sys.executable, "-m", "service", *args]
+
+
+def serve_argv(port: int, *, builtin_worker: bool = True, args: Sequence[str] = ()) -> list[str]:
+    """`berth serve` on loopback at `port`, then `args`."""
+    argv = berth_argv("serve", "--listen", f"127.0.0.1:{port}")
+    if not builtin_worker:
+        argv.append("--no-builtin-worker")
+    return [*argv, *args]
+
+
+def berth_env(
+    *, home: Path, server: str, config: dict[str, Any], db_url: str | None, **extra: str
+) -> dict[str, str]:
+    """The environment of a berth process: this one's without any BERTH_* setting (a caller's
+    token, server or config must not leak in), then the given home, server, config and
+    database, then `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
+    env.update(
+        BERTH_HOME=str(home),
+        BERTH_SERVER=server,
+        BERTH_CONFIG_JSON=json.dumps(config),
+        PYTHONUNBUFFERED="1",
+    )
+    if db_url:
+        env["BERTH_DATABASE_URL"] = db_url
+    env.update(extra)
+    return env
+
+
+def wait_ready(
+    proc: subprocess.Popen[Any],
+    url: str,
+    timeout: float,
+    log: Callable[[], str],
+    *,
+    verify: Any = True,
+    every: float = 0.1,
+) -> None:
+    """Poll `url`/readyz until it answers 200; RuntimeError with `log()` when `proc` exits
+    first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"berth serve exited {proc.returncode}:\n{log()}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1, verify=verify).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(every)
+    raise RuntimeError(f"berth serve not ready after {timeout:.0f} s:\n{log()}")
+
+
 @dataclass
 class Result:
     code: int
@@ -63,41 +124,21 @@ class Server:
         return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
-        env.update(
-            BERTH_HOME=str(self.home),
-            BERTH_SERVER=self.url,
-            BERTH_CONFIG_JSON=json.dumps(merge(FAST, self.config)),
-            PYTHONUNBUFFERED="1",
+        return berth_env(
+            home=self.home,
+            server=self.url,
+            config=merge(FAST, self.config),
+            db_url=self.db_url,
+            **{**self.extra_env, **extra},
         )
-        if self.db_url:
-            env["BERTH_DATABASE_URL"] = self.db_url
-        env.update(self.extra_env)
-        env.update(extra)
-        return env
 
     def start(self, timeout: float = 60) -> "Server":
         self.home.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "service", "serve", "--listen", f"127.0.0.1:{self.port}"]
-        if not self.builtin_worker:
-            argv.append("--no-builtin-worker")
-        argv += list(self.args)
+        argv = serve_argv(self.port, builtin_worker=self.builtin_worker, args=self.args)
         log = (self.home / "serve.log").open("ab")
         self.proc = subprocess.Popen(argv, env=self.env(), stdout=log, stderr=log)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"berth serve exited {self.proc.returncode}:\n{self.log()}")
-            try:
-                if (
-                    httpx.get(f"{self.url}/readyz", timeout=1, verify=self.verify).status_code
-                    == 200
-                ):
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"berth serve not ready:\n{self.log()}")
+        wait_ready(self.proc, self.url, timeout, self.log, verify=self.verify)
+        return self
 
     def log(self) -> str:
         path = self.home / "serve.log"
@@ -118,7 +159,7 @@ class Server:
         extra = dict(env)
         extra["BERTH_TOKEN"] = token or self.token
         r = subprocess.run(
-            [sys.executable, "-m", "service", *args],
+            berth_argv(*args),
             env=self.env(**extra),
             capture_output=True,
             text=True,
@@ -160,15 +201,7 @@ class Worker:
 
     def start(self) -> "Worker":
         self.home.mkdir(parents=True, exist_ok=True)
-        argv = [
-            *self.prefix,
-            sys.executable,
-            "-m",
-            "service",
-            "worker",
-            "--server",
-            self.server.url,
-        ]
+        argv = [*self.prefix, *berth_argv("worker", "--server", self.server.url)]
         argv += ["--pool", self.pool, *self.args]
         env = self.server.env(BERTH_TOKEN=self.token, BERTH_HOME=str(self.home), **self.extra_env)
         self.proc = subprocess.Popen(
@@ -179,7 +212,7 @@ class Worker:
     def start_with(self, env: dict[str, str]) -> "Worker":
         """Start with these credentials in the environment and no --pool unless one is set."""
         self.home.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "service", "worker", "--server", self.server.url]
+        argv = berth_argv("worker", "--server", self.server.url)
         if self.pool:
             argv += ["--pool", self.pool]
         argv += list(self.args)

@@ -6,8 +6,10 @@ through ``benchlib.spawn`` (own process group, killed on exit, on SIGTERM and on
 timeout), so nothing outlives a run.
 
 * :class:`BerthServer`: create and migrate a database ``bench_berth_<scenario>``, start
-  ``python -m service serve --no-builtin-worker`` on a free loopback port, wait for ``/readyz``;
-* worker tokens minted in bulk straight into the ``tokens`` table (setup, not measurement);
+  ``python -m service serve --no-builtin-worker`` on a free loopback port, wait for ``/readyz``
+  (the command line, environment, port and readiness wait are the tests' own, from
+  ``tests/procs.py``: one process harness for both);
+* worker tokens minted in bulk with berth's own token code (setup, not measurement);
 * :func:`count_jobs` and friends: measurement by SQL on the same database;
 * :class:`Profiler`: ``py-spy record --pid`` of the server for one phase when
   ``BENCH_PROFILE_DIR`` is set (``bench/profile.py`` sets it).
@@ -18,12 +20,10 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import hashlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +43,8 @@ import asyncpg  # noqa: E402
 import benchlib  # noqa: E402
 import httpx  # noqa: E402
 
+from tests.procs import berth_argv, berth_env, free_port, serve_argv, wait_ready  # noqa: E402
+
 SYSTEM = "berth"
 
 # benchlib.spawn merges os.environ under a child's env: keep any caller's BERTH_* settings
@@ -51,19 +53,6 @@ for _k in [k for k in os.environ if k.startswith("BERTH_")]:
     del os.environ[_k]
 PROCESSES = 1  # server processes per `berth serve` (berth_bench.py --processes)
 PROFILE_ENV = "BENCH_PROFILE_DIR"  # set: profile the server's measured phase with py-spy
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def fresh_database(name: str) -> str:
@@ -115,35 +104,20 @@ class BerthServer:
         return benchlib.log_dir(SYSTEM) / f"{self.scenario}-serve.log"
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
-        env.update(
-            BERTH_HOME=str(self.home),
-            BERTH_SERVER=self.url,
-            BERTH_DATABASE_URL=self.db_url,
-            BERTH_CONFIG_JSON=json.dumps(self.config),
-            PYTHONUNBUFFERED="1",
+        return berth_env(
+            home=self.home, server=self.url, config=self.config, db_url=self.db_url, **extra
         )
-        env.update(extra)
-        return env
 
     def start(self, timeout: float = 60.0) -> BerthServer:
         self.db_url = fresh_database(self.database)
         self.home.mkdir(parents=True, exist_ok=True)
         atexit.register(shutil.rmtree, self.home, True)
-        argv = [sys.executable, "-m", "service", "serve", "--listen", f"127.0.0.1:{self.port}"]
-        argv.append("--no-builtin-worker")
-        if self.processes > 1:
-            argv += ["--processes", str(self.processes)]
+        more = ["--processes", str(self.processes)] if self.processes > 1 else []
+        argv = serve_argv(self.port, builtin_worker=False, args=more)
+        # benchlib.spawn, not Popen: its own process group, stopped on exit and on the timeout
         self.proc = benchlib.spawn(argv, log_path=self.log_path, cwd=REPO_DIR, env=self.env())
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"berth serve exited {self.proc.returncode}: {self.log_tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return self
-            time.sleep(0.05)
-        raise RuntimeError(f"berth serve not ready after {timeout:.0f} s: {self.log_tail()}")
+        wait_ready(self.proc, self.url, timeout, self.log_tail, every=0.05)
+        return self
 
     def log_tail(self, chars: int = 1500) -> str:
         with contextlib.suppress(OSError):
@@ -197,9 +171,8 @@ def spawn_real_worker(
 ) -> subprocess.Popen[bytes]:
     home = server.home / f"worker-{name}"
     home.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "service", "worker", "--server", server.url, "--pool", pool]
     return benchlib.spawn(
-        [*argv, *args],
+        berth_argv("worker", "--server", server.url, "--pool", pool, *args),
         log_path=benchlib.log_dir(SYSTEM) / f"{server.scenario}-worker-{name}.log",
         cwd=REPO_DIR,
         env=worker_env(server, token, home),
@@ -210,32 +183,53 @@ def spawn_real_worker(
 # Tokens and SQL
 
 
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
+MINT_CONNECTIONS = 4  # set-up's minting is client CPU bound: a few transactions overlap its waits
 
 
 async def mint_worker_tokens(db_url: str, prefix: str, n: int) -> list[tuple[str, str]]:
-    """Insert ``n`` worker tokens named ``<prefix>-00000``…; returns (name, token) pairs.
+    """Mint ``n`` worker tokens named ``<prefix>-00000``…; returns (name, token) pairs.
 
-    Setup only: straight into the ``tokens`` table with berth's own mint/digest, since the API
-    creates one token per request (and audits each).
+    Set-up, not measurement, through berth's own code: the name rules and the mint and digest
+    of a token (``service.domain.tokens``, ``service.auth.tokens``) and the row berth writes
+    for one (``service.db.queries.tokens.create``), in a few transactions on the database
+    directly. Not the API: it takes one token per request and audits each, and the server
+    would then seal thousands of audit entries during the measurement. 10,000 take seconds.
     """
     from service.auth import tokens as tokens_auth
+    from service.auth.callers import Role
+    from service.core.states import TokenKind
+    from service.db.engine import Database
+    from service.db.queries import tokens as tokens_q
+    from service.domain import tokens as tokens_domain
 
-    pairs = [(f"{prefix}-{i:05d}", tokens_auth.mint()) for i in range(n)]
-    conn = await asyncpg.connect(plain(db_url))
+    pairs = [
+        (tokens_domain.check_worker_name(f"{prefix}-{i:05d}"), tokens_auth.mint()) for i in range(n)
+    ]
+    db = Database(db_url, pool_size=MINT_CONNECTIONS, max_overflow=0)
+
+    async def insert(part: list[tuple[str, str]]) -> None:
+        async with db.begin() as conn:
+            for name, token in part:
+                await tokens_q.create(
+                    conn,
+                    name=name,
+                    kind=str(TokenKind.WORKER),
+                    digest=tokens_auth.digest(token),
+                    tenants=[],  # fleet-wide: serves every tenant's jobs
+                    created_by="service:bench",
+                    expires_days=1,
+                )
+
     try:
-        await conn.execute(
-            """
-            INSERT INTO tokens (name, kind, hash, tenants, created_by, expires_at)
-            SELECT name, 'worker', hash, '{}', 'service:bench', now() + interval '1 day'
-            FROM unnest($1::text[], $2::bytea[]) AS t(name, hash)
-            """,
-            [p[0] for p in pairs],
-            [tokens_auth.digest(p[1]) for p in pairs],
-        )
+        await asyncio.gather(*(insert(pairs[k::MINT_CONNECTIONS]) for k in range(MINT_CONNECTIONS)))
+        # The scenarios take a token's name for its worker's (failover finds a job's holder by
+        # it, the simulators report by it): check that berth agrees, at both ends of the batch.
+        for name, token in pairs[:1] + pairs[-1:]:
+            caller = await tokens_domain.authenticate(db, token)
+            if caller.role is not Role.WORKER or caller.name != name:
+                raise RuntimeError(f"token {name!r} authenticates as {caller}, not worker {name}")
     finally:
-        await conn.close()
+        await db.dispose()
     return pairs
 
 
