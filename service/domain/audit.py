@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.auth.callers import Caller
 from service.core import audit_chain
+from service.db.driver import Conn
 from service.db.engine import Database
 from service.db.queries import audit as audit_q
 
@@ -17,7 +18,7 @@ log = structlog.get_logger(__name__)
 
 
 async def record(
-    conn: AsyncConnection,
+    conn: Conn,
     caller: Caller | str,
     action: str,
     target: str,

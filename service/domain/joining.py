@@ -167,7 +167,7 @@ async def trade(db: Database, token: str) -> tuple[Caller, str]:
 
 async def rotation_due(db: Database, name: str, *, hours: float) -> float | None:
     """Seconds until the worker `name`'s credential rotates (<= 0: now); None: it does not."""
-    async with db.begin() as conn:
+    async with db.driver() as conn:
         return await tokens_q.rotation_due(conn, name=name, hours=hours)
 
 

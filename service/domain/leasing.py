@@ -10,13 +10,13 @@ from typing import Any
 
 import msgspec
 import structlog
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service import protocol
 from service.auth.callers import Caller, Kind
 from service.core.errors import Forbidden
 from service.core.placement import PoolSpec
 from service.core.states import JobState
+from service.db.driver import Conn
 from service.db.engine import Database
 from service.db.queries import jobs as jobs_q
 from service.db.queries import leases as leases_q
@@ -73,7 +73,7 @@ async def attach(
         )
     if not caller.identity:  # every worker credential names one (tokens, proxy rules)
         raise Refusal("this credential cannot attach a worker: it has no identity")
-    async with db.begin() as conn:
+    async with db.driver() as conn:
         bound = (
             await tokens_q.live_by_name(conn, name=caller.credential) if caller.credential else None
         )
@@ -123,7 +123,7 @@ async def attach(
     return Attached(worker=worker, drop=drop, freed=len(freed))
 
 
-async def _claim_name(conn: AsyncConnection, caller: Caller) -> str | None:
+async def _claim_name(conn: Conn, caller: Caller) -> str | None:
     """Make the worker name the caller's to attach under; its previous instance, if it had one.
 
     A name belongs to the identity whose row bears it. Another identity takes it only when that

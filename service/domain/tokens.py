@@ -159,7 +159,7 @@ async def authenticate(db: Database, token: str) -> Caller:
     """The caller a bearer token stands for; Unauthenticated if unknown, revoked or expired."""
     if not tokens_auth.looks_like(token):
         raise Unauthenticated(tokens_auth.NOT_A_TOKEN)
-    async with db.begin() as conn:
+    async with db.driver() as conn:
         found = await tokens_q.by_digest(conn, tokens_auth.digest(token))
     if found is None:
         raise Unauthenticated("unknown token")

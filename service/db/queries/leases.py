@@ -217,7 +217,7 @@ async def grant(conn: Conn, assignments: Sequence[tuple[int, str, str]]) -> list
     return [JobRecord.of(r) for r in rows]
 
 
-async def live_of(conn: AsyncConnection, worker_id: str) -> list[tuple[int, int]]:
+async def live_of(conn: Conn, worker_id: str) -> list[tuple[int, int]]:
     rows = await conn.execute(
         sql("SELECT job_id, epoch FROM leases WHERE worker_id = :w AND state = 'live'"),
         {"w": worker_id},
@@ -253,7 +253,7 @@ FROM l WHERE jobs.id = l.job_id AND jobs.attempt = l.epoch
 
 
 async def expire(
-    conn: AsyncConnection,
+    conn: Conn,
     *,
     worker_ids: Sequence[str],
     only: Sequence[tuple[int, int]] | None = None,
@@ -285,7 +285,7 @@ async def expire(
 
 
 async def live_among(
-    conn: AsyncConnection,
+    conn: Conn,
     *,
     worker_id: str,
     held: Sequence[tuple[int, int]],

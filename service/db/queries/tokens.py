@@ -2,9 +2,10 @@
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, insert, or_, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.db.driver import Conn
 from service.db.records import TokenRecord
 from service.db.schema import tokens
 from service.db.statements import sql
@@ -44,19 +45,20 @@ async def create(
     return TokenRecord.of(row)
 
 
-async def by_digest(conn: AsyncConnection, digest: bytes) -> tuple[TokenRecord, bool] | None:
+async def by_digest(conn: Conn, digest: bytes) -> tuple[TokenRecord, bool] | None:
     """The token with this hash and whether it is usable now (not revoked, not expired)."""
-    row = (
-        await conn.execute(
-            select(*_COLS, (tokens.c.expires_at > func.now()).label("fresh")).where(
-                # A credential being rotated: the next one is valid from the moment it is sent.
-                or_(tokens.c.hash == digest, tokens.c.next_hash == digest)
-            )
-        )
-    ).one_or_none()
+    # A credential being rotated: the next one is valid from the moment it is sent.
+    row = (await conn.execute(_BY_DIGEST, {"d": digest})).one_or_none()
     if row is None:
         return None
     return TokenRecord.of(row), bool(row.fresh) and row.revoked_at is None
+
+
+_TEXT_COLS = ", ".join(c.name for c in _COLS)
+_BY_DIGEST = sql(
+    f"SELECT {_TEXT_COLS}, expires_at > now() AS fresh FROM tokens "  # noqa: S608  (constant)
+    "WHERE hash = :d OR next_hash = :d"
+)
 
 
 async def list_all(conn: AsyncConnection) -> list[TokenRecord]:
@@ -77,14 +79,16 @@ async def revoke(conn: AsyncConnection, *, name: str) -> TokenRecord | None:
     return TokenRecord.of(row) if row else None
 
 
-async def live_by_name(conn: AsyncConnection, *, name: str) -> TokenRecord | None:
+async def live_by_name(conn: Conn, *, name: str) -> TokenRecord | None:
     """The live (unrevoked) token called `name`, or None."""
-    row = (
-        await conn.execute(
-            select(*_COLS).where(tokens.c.name == name, tokens.c.revoked_at.is_(None))
-        )
-    ).one_or_none()
+    row = (await conn.execute(_LIVE_BY_NAME, {"n": name})).one_or_none()
     return TokenRecord.of(row) if row else None
+
+
+_LIVE_BY_NAME = sql(
+    f"SELECT {_TEXT_COLS} FROM tokens "  # noqa: S608  (constant)
+    "WHERE name = :n AND revoked_at IS NULL"
+)
 
 
 async def lock_live_admins(conn: AsyncConnection) -> list[str]:
@@ -134,24 +138,22 @@ async def finish_rotation(conn: AsyncConnection, *, name: str) -> bool:
     return row.first() is not None
 
 
-async def rotation_due(conn: AsyncConnection, *, name: str, hours: float) -> float | None:
+async def rotation_due(conn: Conn, *, name: str, hours: float) -> float | None:
     """Seconds until the live bound credential `name` is due to rotate (<= 0: now).
 
     None when it is not one that rotates (not bound by a join token, or gone).
     """
-    row = (
-        await conn.execute(
-            select(
-                func.extract(
-                    "epoch",
-                    func.coalesce(tokens.c.rotated_at, tokens.c.created_at)
-                    + func.make_interval(0, 0, 0, 0, 0, 0, hours * 3600)
-                    - func.now(),
-                )
-            ).where(tokens.c.name == name, tokens.c.revoked_at.is_(None), tokens.c.pool.isnot(None))
-        )
-    ).one_or_none()
+    row = (await conn.execute(_ROTATION_DUE, {"n": name, "s": hours * 3600})).one_or_none()
     return float(row[0]) if row else None
+
+
+_ROTATION_DUE = sql(
+    """
+    SELECT extract(epoch FROM coalesce(rotated_at, created_at)
+                   + make_interval(secs => CAST(:s AS float8)) - now())
+    FROM tokens WHERE name = :n AND revoked_at IS NULL AND pool IS NOT NULL
+    """
+)
 
 
 async def dead_credentials(conn: AsyncConnection, names: Sequence[str]) -> dict[str, str]:

@@ -35,7 +35,7 @@ class Holder:
     busy: bool  # attached-looking (not lost or gone), or holding a live lease
 
 
-async def holder(conn: AsyncConnection, *, name: str) -> Holder | None:
+async def holder(conn: Conn, *, name: str) -> Holder | None:
     """The row named `name`, locked for this transaction; None when there is none."""
     row = (
         await conn.execute(
@@ -66,13 +66,13 @@ async def holds_leases(conn: AsyncConnection, *, name: str) -> bool:
     return row.first() is not None
 
 
-async def remove(conn: AsyncConnection, *, worker_id: str) -> None:
+async def remove(conn: Conn, *, worker_id: str) -> None:
     """Delete a worker row (its ended leases go with it); callers check it holds none live."""
     await conn.execute(sql("DELETE FROM workers WHERE id = :id"), {"id": worker_id})
 
 
 async def attach(
-    conn: AsyncConnection,
+    conn: Conn,
     *,
     name: str,
     identity: str,
@@ -139,7 +139,7 @@ async def attach(
     return await get(conn, name=name)
 
 
-async def get(conn: AsyncConnection, *, name: str) -> WorkerRecord | None:
+async def get(conn: Conn, *, name: str) -> WorkerRecord | None:
     row = (await conn.execute(sql(_SELECT + " WHERE name = :n"), {"n": name})).one_or_none()
     return WorkerRecord.of(row) if row else None
 
