@@ -63,7 +63,7 @@ async def seal(db: Database, key: bytes, *, may_anchor: bool = True) -> SealPass
     foreign: list[int] = []
     head: tuple[int, bytes] | None = None
     while True:
-        async with db.begin() as conn:
+        async with db.driver() as conn:
             batch = await audit_q.seal_batch(
                 conn, key=chain, row_key=signing, may_anchor=may_anchor
             )

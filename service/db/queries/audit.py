@@ -5,13 +5,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core import audit_chain
 from service.db.driver import Conn
 from service.db.engine import AUDIT_KEY
-from service.db.schema import audit, audit_anchor
+from service.db.schema import audit
 from service.db.statements import sql
 
 
@@ -97,12 +97,13 @@ FILTERS = ("caller", "action", "tenant", "target")
 SEAL_LOCK_KEY = 0x6265727400000002  # serialises sealers if two leaders briefly overlap
 
 
-async def anchor(conn: AsyncConnection) -> tuple[int, bytes] | None:
+async def anchor(conn: Conn) -> tuple[int, bytes] | None:
     """(keyed_from, mac) when the keyed chain has begun; None before its first keyed seal."""
-    row = (
-        await conn.execute(select(audit_anchor.c.keyed_from, audit_anchor.c.mac).limit(1))
-    ).one_or_none()
+    row = (await conn.execute(_ANCHOR)).one_or_none()
     return (row.keyed_from, row.mac) if row else None
+
+
+_ANCHOR = sql("SELECT keyed_from, mac FROM audit_anchor LIMIT 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +119,7 @@ class AnchorGone(Exception):
 
 
 async def seal_batch(
-    conn: AsyncConnection, *, key: bytes, row_key: bytes, may_anchor: bool = True, limit: int = 2000
+    conn: Conn, *, key: bytes, row_key: bytes, may_anchor: bool = True, limit: int = 2000
 ) -> Sealed:
     """Give the oldest unsealed entries their seq and keyed chained hash.
 
@@ -141,19 +142,10 @@ async def seal_batch(
         # sealed: from here on every entry is keyed, and `audit verify` refuses a chain with
         # sealed entries and no anchor (deleting it cannot pass the chain off as plain).
         await conn.execute(
-            insert(audit_anchor).values(
-                id=1, keyed_from=seq + 1, mac=audit_chain.anchor_mac(key, seq + 1)
-            )
+            sql("INSERT INTO audit_anchor (id, keyed_from, mac) VALUES (1, :k, :m)"),
+            {"k": seq + 1, "m": audit_chain.anchor_mac(key, seq + 1)},
         )
-    rows = (
-        await conn.execute(
-            select(*(audit.c[f] for f in audit_chain.FIELDS), audit.c.mac)
-            .where(audit.c.seq.is_(None), audit.c.hash.is_(None))
-            .order_by(audit.c.id)
-            .limit(limit)
-            .with_for_update()
-        )
-    ).all()
+    rows = (await conn.execute(_UNSEALED, {"limit": limit})).all()
     ids, seqs, hashes, foreign = [], [], [], []
     for row in rows:
         entry = dict(row._mapping)
@@ -196,17 +188,17 @@ async def unsealed(conn: AsyncConnection, *, after_id: int, limit: int) -> list[
     return [dict(r._mapping) for r in rows]
 
 
-async def head(conn: AsyncConnection) -> tuple[int, bytes] | None:
+async def head(conn: Conn) -> tuple[int, bytes] | None:
     """The newest sealed entry's (seq, hash)."""
-    row = (
-        await conn.execute(
-            select(audit.c.seq, audit.c.hash)
-            .where(audit.c.seq.isnot(None))
-            .order_by(audit.c.seq.desc())
-            .limit(1)
-        )
-    ).one_or_none()
+    row = (await conn.execute(_HEAD)).one_or_none()
     return (row.seq, row.hash) if row else None
+
+
+_HEAD = sql("SELECT seq, hash FROM audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1")
+_UNSEALED = sql(
+    f"SELECT {', '.join(audit_chain.FIELDS)}, mac FROM audit "  # noqa: S608  (constant)
+    "WHERE seq IS NULL AND hash IS NULL ORDER BY id LIMIT :limit FOR UPDATE"
+)
 
 
 async def sealed(conn: AsyncConnection, *, after_seq: int, limit: int) -> list[dict[str, Any]]:
