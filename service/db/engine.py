@@ -44,6 +44,9 @@ UNAVAILABLE = (
     asyncpg.exceptions.ConnectionDoesNotExistError,
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.InterfaceError,
+    # The protocol out of step with its connection: what asyncpg raises when a backend that
+    # was cut (a restart, pg_terminate_backend) is used before it noticed the socket closed.
+    asyncpg.exceptions.InternalClientError,
 )
 
 
